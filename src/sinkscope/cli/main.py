@@ -1,0 +1,43 @@
+"""`sinkscope` command line: a thin layer over the Python API, one module per subcommand.
+
+Each subcommand module defines `add_parser(subparsers)` and keeps heavy imports (torch, transformers)
+inside its run function, so `sinkscope --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sinkscope.errors import SinkscopeError
+
+# Module names under sinkscope.cli, in the order `--help` lists them.
+SUBCOMMANDS = ("models", "analyze", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sinkscope",
+        description="Measure attention sinks, diagonal patterns, switches and oversmoothing in transformers.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"sinkscope.cli.{name}").add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SinkscopeError as err:
+        print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"sinkscope {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
