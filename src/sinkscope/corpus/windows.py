@@ -1,0 +1,131 @@
+"""BOS-prefixed token windows (SPEC §1), streamed so a corpus of any size costs constant memory.
+
+Documents are tokenized without special tokens and joined with the EOS id between them; the stream is cut into
+consecutive non-overlapping chunks of `T-1` tokens, each prefixed with the BOS id; the incomplete tail is
+dropped. A run's corpus identity is source + tokenizer + T + number of windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from sinkscope.corpus.sources import TOKEN_CONTROLS, documents
+from sinkscope.errors import SinkscopeError
+
+
+def default_bos_id(tokenizer) -> int:
+    """The tokenizer's BOS id, else its EOS id (SPEC §1)."""
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return int(token_id)
+    raise SinkscopeError("the tokenizer has neither a BOS nor an EOS token; pass --bos-id")
+
+
+@dataclass
+class Windows:
+    """A re-iterable stream of BOS-prefixed windows of `seq_len` token ids.
+
+    Iterating yields `LongTensor[B, seq_len]` batches; `count` is the number of windows the last complete
+    iteration produced (the stream is lazy, so it is known only afterwards).
+    """
+
+    source: str
+    tokenizer: object
+    seq_len: int
+    max_windows: int | None = None
+    bos_id: int | None = None
+    batch_size: int = 8
+    seed: int = 0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 2:
+            raise SinkscopeError(f"--seq-len {self.seq_len} is too short: a window needs BOS plus at least 1 token")
+        if self.max_windows is not None and self.max_windows < 1:
+            raise SinkscopeError(f"--max-windows {self.max_windows} must be at least 1")
+        if self.batch_size < 1:
+            raise SinkscopeError(f"--batch-size {self.batch_size} must be at least 1")
+        if self.bos_id is None:
+            self.bos_id = default_bos_id(self.tokenizer)
+        if self.source not in TOKEN_CONTROLS:
+            documents(self.source)  # fail fast on a missing file or unknown source, before any model work
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        self.count = 0
+        batch: list[torch.Tensor] = []
+        for window in self._windows():
+            batch.append(window)
+            self.count += 1
+            if len(batch) == self.batch_size:
+                yield torch.stack(batch)
+                batch = []
+            if self.max_windows is not None and self.count >= self.max_windows:
+                break
+        if batch:
+            yield torch.stack(batch)
+        if self.count == 0:
+            raise SinkscopeError(
+                f"corpus '{self.source}' gave {self._tokens_seen} tokens; one window of --seq-len {self.seq_len} "
+                f"needs {self.seq_len - 1}: use a larger corpus or a smaller --seq-len"
+            )
+
+    def identity(self) -> dict:
+        """Corpus identity recorded in run.json (SPEC §1)."""
+        return {
+            "source": self.source,
+            "tokenizer": getattr(self.tokenizer, "name_or_path", type(self.tokenizer).__name__),
+            "seq_len": self.seq_len,
+            "windows": self.count,
+            "bos_id": self.bos_id,
+            "seed": self.seed,
+        }
+
+    def _windows(self) -> Iterator[torch.Tensor]:
+        body = self.seq_len - 1
+        self._tokens_seen = 0
+        if self.source in TOKEN_CONTROLS:
+            yield from self._control_windows(body)
+            return
+        eos = self.tokenizer.eos_token_id
+        buffer: list[int] = []
+        for index, doc in enumerate(documents(self.source)):
+            if index and eos is not None:
+                buffer.append(int(eos))
+            buffer.extend(self.tokenizer(doc, add_special_tokens=False)["input_ids"])
+            while len(buffer) >= body:
+                self._tokens_seen += body
+                yield torch.tensor([self.bos_id, *buffer[:body]], dtype=torch.long)
+                del buffer[:body]
+        self._tokens_seen += len(buffer)
+
+    def _control_windows(self, body: int) -> Iterator[torch.Tensor]:
+        """Gu et al. 2025's controls: uniform random ordinary tokens, or one ordinary token repeated."""
+        if self.max_windows is None:
+            raise SinkscopeError(f"corpus '{self.source}' is endless: pass --max-windows")
+        special = set(self.tokenizer.all_special_ids)
+        ordinary = torch.tensor([i for i in range(len(self.tokenizer)) if i not in special], dtype=torch.long)
+        generator = torch.Generator().manual_seed(self.seed)
+        while True:
+            if self.source == "builtin:random":
+                tokens = ordinary[torch.randint(len(ordinary), (body,), generator=generator)]
+            else:
+                tokens = ordinary[torch.randint(len(ordinary), (1,), generator=generator)].expand(body)
+            self._tokens_seen += body
+            yield torch.cat([torch.tensor([self.bos_id]), tokens])
+
+
+def windows(
+    corpus: str,
+    tokenizer,
+    seq_len: int,
+    max_windows: int | None = None,
+    *,
+    bos_id: int | None = None,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> Windows:
+    """BOS-prefixed windows of a corpus (SPEC §1); iterate to get `LongTensor[B, seq_len]` batches."""
+    return Windows(corpus, tokenizer, seq_len, max_windows, bos_id, batch_size, seed)

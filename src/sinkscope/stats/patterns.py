@@ -1,0 +1,139 @@
+"""Attention-pattern statistics of SPEC §2, as pure functions over attention tensors.
+
+Two forms of each statistic:
+- direct functions over whole causal maps `attn[..., T, T]` (rows = queries t, columns = keys j), for users
+  holding their own maps and as the readable definition;
+- `pattern_block_sums`, the streaming form: sums over a block of query rows `[q_start, q_start+Q)` of a batch,
+  which the capture adds up across blocks, layers' heads and windows (STYLE practice 7).
+Positions are 0-indexed; key 0 is the sink candidate (BOS).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def sink_score(attn: Tensor) -> Tensor:
+    """Gu et al. 2025 importance of key 0: `α = mean_{t=0..T-1} A[t,0]` (SPEC §2). (..., T, T) → (...)."""
+    return attn[..., :, 0].mean(-1)
+
+
+def key_scores(attn: Tensor) -> Tensor:
+    """Per-position sink score `α_k = mean_{t≥k} A[t,k]` for every key k (SPEC §2). (..., T, T) → (..., T)."""
+    T = attn.shape[-1]
+    return attn.sum(-2) / torch.arange(T, 0, -1, dtype=attn.dtype, device=attn.device)
+
+
+def diag_score(attn: Tensor) -> Tensor:
+    """`mean_{t=1..T-1} A[t,t]` (SPEC §2). (..., T, T) → (...)."""
+    return attn.diagonal(dim1=-2, dim2=-1)[..., 1:].mean(-1)
+
+
+def prev_score(attn: Tensor) -> Tensor:
+    """Previous-token score `mean_{t=1..T-1} A[t,t-1]` (SPEC §2). (..., T, T) → (...)."""
+    return attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
+
+
+def row_entropy(attn: Tensor) -> Tensor:
+    """Normalised row entropy `H(A[t,:t+1]) / log(t+1)` for t ≥ 1 (0 = one-hot, 1 = uniform). → (..., T-1)."""
+    T = attn.shape[-1]
+    plogp = torch.where(attn > 0, attn * attn.clamp_min(1e-30).log(), torch.zeros_like(attn))
+    entropy = -plogp.sum(-1)[..., 1:]
+    return entropy / torch.log(torch.arange(2, T + 1, dtype=attn.dtype, device=attn.device))
+
+
+def entropy_score(attn: Tensor) -> Tensor:
+    """Mean normalised row entropy over queries t ≥ 1 (SPEC §2). (..., T, T) → (...)."""
+    return row_entropy(attn).mean(-1)
+
+
+def hard_sink_frac(attn: Tensor, delta: float = 0.1) -> Tensor:
+    """Fraction of queries t ≥ 1 with `A[t,0] ≥ 1-δ` (SPEC §2). (..., T, T) → (...)."""
+    return (attn[..., 1:, 0] >= 1 - delta).to(attn.dtype).mean(-1)
+
+
+def hard_diag_frac(attn: Tensor, delta: float = 0.1) -> Tensor:
+    """Fraction of queries t ≥ 1 with `A[t,t] ≥ 1-δ` (SPEC §2). (..., T, T) → (...)."""
+    return (attn.diagonal(dim1=-2, dim2=-1)[..., 1:] >= 1 - delta).to(attn.dtype).mean(-1)
+
+
+def sink_rate(scores: Tensor, epsilon: float = 0.3) -> float:
+    """Fraction of all (layer, head) entries with sink score above ε (SPEC §2; Gu et al. use ε = 0.3)."""
+    return float((scores > epsilon).float().mean())
+
+
+# Column names of the per-head sums that `pattern_block_sums` returns, shape (H,) unless noted.
+PATTERN_SUMS = ("sink", "diag", "prev", "entropy", "hard_sink", "hard_diag", "upper_mass")
+
+
+def pattern_block_sums(probs: Tensor, q_start: int, delta: float) -> tuple[dict[str, Tensor], Tensor]:
+    """Streaming sums of SPEC §2 over one block of query rows.
+
+    `probs`: (B, H, Q, T) attention of queries `q_start..q_start+Q-1` over all T keys. Returns
+    `(sums, hard_either)`: `sums[name]` of shape (H,) summed over batch and rows (queries t ≥ 1 only, except
+    `sink` which includes t = 0 as SPEC §2 says), `sums["keys"]` of shape (H, T) (column sums, for `α_k`),
+    `sums["row_error"]` (H,) the largest `|Σ_j A[t,j] - 1|` (a max, not a sum) — and `hard_either`
+    (B, H, Q) booleans: query is hard-sink or hard-diagonal (for the layer's MLP-like fraction, SPEC §3).
+    """
+    B, H, Q, T = probs.shape
+    rows = torch.arange(q_start, q_start + Q, device=probs.device)
+    probs = probs.double()
+    diag = probs.gather(-1, rows.view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1)  # (B, H, Q)
+    prev = probs.gather(-1, (rows - 1).clamp_min(0).view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1)
+    col0 = probs[..., 0]
+    plogp = torch.where(probs > 0, probs * probs.clamp_min(1e-300).log(), torch.zeros_like(probs))
+    entropy = -plogp.sum(-1) / torch.log((rows + 1).clamp_min(2).double())  # (B, H, Q)
+    above = torch.arange(T, device=probs.device).view(1, T) > rows.view(Q, 1)  # (Q, T) strictly upper
+    valid = (rows >= 1).view(1, 1, Q)  # queries t ≥ 1
+    hard_sink = (col0 >= 1 - delta) & valid
+    hard_diag = (diag >= 1 - delta) & valid
+    sums = {
+        "sink": col0.sum((0, 2)),
+        "diag": (diag * valid).sum((0, 2)),
+        "prev": (prev * valid).sum((0, 2)),
+        "entropy": (entropy * valid).sum((0, 2)),
+        "hard_sink": hard_sink.sum((0, 2)).double(),
+        "hard_diag": hard_diag.sum((0, 2)).double(),
+        "upper_mass": (probs * above).sum((0, 2, 3)),
+        "keys": probs.sum((0, 2)),
+        "row_error": (probs.sum(-1) - 1).abs().amax((0, 2)),
+    }
+    return sums, (hard_sink | hard_diag)
+
+
+def finalize_pattern_scores(sums: dict[str, Tensor], windows: int, seq_len: int) -> dict[str, Tensor]:
+    """Turn accumulated sums over `windows` windows into the SPEC §2 means (per head)."""
+    n_all, n_ctx = windows * seq_len, windows * (seq_len - 1)
+    counts = torch.arange(seq_len, 0, -1, dtype=torch.float64) * windows  # rows t ≥ k for each key k
+    return {
+        "sink_score": sums["sink"] / n_all,
+        "diag_score": sums["diag"] / n_ctx,
+        "prev_score": sums["prev"] / n_ctx,
+        "entropy": sums["entropy"] / n_ctx,
+        "hard_sink_frac": sums["hard_sink"] / n_ctx,
+        "hard_diag_frac": sums["hard_diag"] / n_ctx,
+        "key_scores": sums["keys"] / counts,
+    }
+
+
+HEAD_CLASS_THRESHOLDS = {"sink": 0.3, "diagonal": 0.5, "previous-token": 0.5, "dense": 0.7}
+
+
+def head_class(sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3) -> str:
+    """Classify a head from its SPEC §2 scores, first match wins:
+
+    sink (`α > ε`), diagonal (`diag_score > 0.5`), previous-token (`prev_score > 0.5`), dense (normalised
+    entropy > 0.7), else mixed.
+    """
+    if sink > epsilon:
+        return "sink"
+    if diag > HEAD_CLASS_THRESHOLDS["diagonal"]:
+        return "diagonal"
+    if prev > HEAD_CLASS_THRESHOLDS["previous-token"]:
+        return "previous-token"
+    if not math.isnan(entropy) and entropy > HEAD_CLASS_THRESHOLDS["dense"]:
+        return "dense"
+    return "mixed"
