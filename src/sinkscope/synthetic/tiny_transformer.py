@@ -1,0 +1,214 @@
+"""A small, readable decoder-only transformer for the gBB lab (SPEC §7), nanoGPT-like.
+
+One module per concept (`CausalSelfAttention`, `MLP`, `Block`, `TinyTransformer`). Attention variants, on the
+logits `l_ij = q_i·k_j / √d_head` of a causal head (j ≤ i):
+- `softmax`: `A_ij = exp(l_ij) / Σ_{j'≤i} exp(l_ij')`.
+- `softmax_sink`: a learned per-head logit `b` joins the denominator ("off-by-one"):
+  `A_ij = exp(l_ij) / (exp(b) + Σ_{j'≤i} exp(l_ij'))`, so a row can put mass `exp(b)/(...)` on nothing.
+- `relu`: `A_ij = relu(l_ij) / (i + 1)` (ReLU attention normalised by the number of visible keys).
+- `sigmoid_gate`: softmax attention whose head output is multiplied by a per-token, per-head gate
+  `σ(z_i·w_g^h + c^h)` (head-wise output gating; the head can switch itself off without a sink).
+Row-vector convention of SPEC: the head's bilinear form is `l_ij = z_i W_QK z_jᵀ` with
+`W_QK = W_Q^h W_K^hᵀ / √d_head` (d×d), `z` the attention input after the norm (gain included).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from sinkscope.errors import SinkscopeError
+
+ATTENTIONS = ("softmax", "softmax_sink", "relu", "sigmoid_gate")
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+POSITIONALS = ("learned", "rope", "none")
+
+
+@dataclass(frozen=True)
+class TinyTransformerConfig:
+    """Architecture of the lab model; vocabulary sizes and context length come from the task."""
+
+    n_layers: int = 2
+    n_heads: int = 1
+    d_model: int = 64
+    mlp: bool = True
+    mlp_ratio: int = 4
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    positional: str = "learned"
+    attention: str = "softmax"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("norm", self.norm, NORMS),
+            ("norm_position", self.norm_position, NORM_POSITIONS),
+            ("positional", self.positional, POSITIONALS),
+            ("attention", self.attention, ATTENTIONS),
+        ):
+            if value not in allowed:
+                raise SinkscopeError(f"model {name}={value!r}: use one of {', '.join(allowed)}")
+        if self.n_layers < 1 or self.n_heads < 1 or self.d_model % self.n_heads:
+            raise SinkscopeError(
+                f"model n_layers={self.n_layers}, n_heads={self.n_heads}, d_model={self.d_model}: need ≥ 1 "
+                "layer and head, and d_model divisible by n_heads"
+            )
+        if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
+            raise SinkscopeError("model positional='rope': needs an even head dimension d_model/n_heads")
+
+
+@dataclass
+class LayerTrace:
+    """What one layer saw and did, for the lab's measurements.
+
+    `resid` (B, T, d) residual entering the layer; `z` (B, T, d) attention input (after the norm, if pre-norm);
+    `probs` (B, H, T, T) attention weights; `values` (B, H, T, d_head) value vectors;
+    `gates` (B, H, T) the output gates of `sigmoid_gate` attention (None for the other variants).
+    """
+
+    resid: torch.Tensor
+    z: torch.Tensor
+    probs: torch.Tensor
+    values: torch.Tensor
+    gates: torch.Tensor | None
+
+
+def make_norm(kind: str, d: int) -> nn.Module:
+    return nn.LayerNorm(d, bias=False) if kind == "layernorm" else nn.RMSNorm(d)
+
+
+def attention_weights(logits: torch.Tensor, kind: str, sink_logit: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention weights (B, H, T, T) from logits (B, H, T, T) for the variants in the module doc.
+
+    `sink_logit` (H,) is used by `softmax_sink` only. Entries above the diagonal are exactly 0.
+    """
+    t = logits.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=logits.device).tril()
+    if kind == "relu":
+        visible = torch.arange(1, t + 1, device=logits.device, dtype=logits.dtype).unsqueeze(1)  # (T, 1)
+        return F.relu(logits).masked_fill(~causal, 0.0) / visible
+    masked = logits.masked_fill(~causal, float("-inf"))
+    if kind == "softmax_sink":
+        sink = sink_logit.view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)  # (B, H, T, 1)
+        return torch.softmax(torch.cat([masked, sink], dim=-1), dim=-1)[..., :t]
+    return torch.softmax(masked, dim=-1)
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (base 10000, half-split pairing) of (B, H, T, d_head)."""
+    _, _, t, dh = x.shape
+    freqs = 10000.0 ** (-torch.arange(0, dh, 2, dtype=x.dtype, device=x.device) / dh)  # (dh/2,)
+    angles = torch.arange(t, dtype=x.dtype, device=x.device).unsqueeze(1) * freqs  # (T, dh/2)
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x[..., : dh // 2], x[..., dh // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: TinyTransformerConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.n_heads, self.d_head = config.n_heads, d // config.n_heads
+        self.kind, self.use_rope = config.attention, config.positional == "rope"
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.sink_logit = nn.Parameter(torch.zeros(config.n_heads)) if self.kind == "softmax_sink" else None
+        self.gate = nn.Linear(d, config.n_heads) if self.kind == "sigmoid_gate" else None
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """z (B, T, d) -> (output (B, T, d), probs (B, H, T, T), values (B, H, T, dh), gates (B, H, T) or None)."""
+        b, t, d = z.shape
+        q, k, v = self.split_heads(self.q_proj(z)), self.split_heads(self.k_proj(z)), self.split_heads(self.v_proj(z))
+        if self.use_rope:
+            q, k = rope(q), rope(k)
+        logits = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, T)
+        probs = attention_weights(logits, self.kind, self.sink_logit)
+        y = probs @ v  # (B, H, T, dh)
+        gates = None
+        if self.gate is not None:
+            gates = torch.sigmoid(self.gate(z)).transpose(1, 2)  # (B, H, T)
+            y = y * gates.unsqueeze(-1)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, d)), probs, v, gates
+
+    def w_qk(self) -> torch.Tensor:
+        """Per-head effective `W_QK = W_Q^h W_K^hᵀ / √d_head` (H, d, d), row-vector convention (SPEC §6).
+
+        With RoPE this is the form at relative offset 0 (the logits of a query with itself)."""
+        d = self.q_proj.in_features
+        wq = self.q_proj.weight.view(self.n_heads, self.d_head, d)  # rows of W_Q^hᵀ
+        wk = self.k_proj.weight.view(self.n_heads, self.d_head, d)
+        return wq.transpose(1, 2) @ wk / math.sqrt(self.d_head)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: TinyTransformerConfig) -> None:
+        super().__init__()
+        hidden = config.mlp_ratio * config.d_model
+        self.up = nn.Linear(config.d_model, hidden, bias=False)
+        self.down = nn.Linear(hidden, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: TinyTransformerConfig) -> None:
+        super().__init__()
+        self.pre = config.norm_position == "pre"
+        self.norm1 = make_norm(config.norm, config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.mlp = MLP(config) if config.mlp else None
+        self.norm2 = make_norm(config.norm, config.d_model) if config.mlp else None
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, LayerTrace]:
+        z = self.norm1(x) if self.pre else x
+        out, probs, values, gates = self.attn(z)
+        trace = LayerTrace(resid=x, z=z, probs=probs, values=values, gates=gates)
+        x = x + out if self.pre else self.norm1(x + out)
+        if self.mlp is not None:
+            x = x + self.mlp(self.norm2(x)) if self.pre else self.norm2(x + self.mlp(x))
+        return x, trace
+
+
+class TinyTransformer(nn.Module):
+    """Decoder-only transformer: token (+ learned position) embedding, blocks, (final norm if pre-norm), unembed."""
+
+    def __init__(self, config: TinyTransformerConfig, vocab_in: int, vocab_out: int, max_len: int) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(vocab_in, config.d_model)
+        self.pos_emb = nn.Embedding(max_len, config.d_model) if config.positional == "learned" else None
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm_f = make_norm(config.norm, config.d_model) if config.norm_position == "pre" else None
+        self.unembed = nn.Linear(config.d_model, vocab_out, bias=False)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[LayerTrace]]:
+        """ids (B, T) -> (logits (B, T, vocab_out), one `LayerTrace` per layer)."""
+        x = self.tok_emb(ids)  # (B, T, d)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(ids.shape[1], device=ids.device))
+        traces = []
+        for block in self.blocks:
+            x, trace = block(x)
+            traces.append(trace)
+        if self.norm_f is not None:
+            x = self.norm_f(x)
+        return self.unembed(x), traces

@@ -1,0 +1,103 @@
+"""The lab's measures on hand-made tensors, against brute-force loops and scipy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy import stats
+
+from sinkscope.synthetic.bigram_backcopy import GBBConfig, GBBTask
+from sinkscope.synthetic.measures import (
+    copy_accuracy,
+    excess_loss,
+    pattern_margins,
+    pattern_masses,
+    qk_norms,
+    value_drain,
+)
+from sinkscope.synthetic.summary import classify_pattern, cost_predictions
+
+
+def small_batch():
+    return GBBTask(GBBConfig(vocab_size=8, n_triggers=2, length=20)).sample(6, torch.Generator().manual_seed(0))
+
+
+def test_pattern_masses_of_pure_patterns() -> None:
+    batch = small_batch()
+    b, t = batch.inputs.shape
+    sink = torch.zeros(b, 1, t, t)
+    sink[..., 0] = 1.0
+    diag = torch.eye(t).expand(b, 1, t, t)
+    copy = torch.zeros(b, 1, t, t)
+    for i in range(b):
+        for p in range(t):
+            copy[i, 0, p, batch.copy_key[i, p] if batch.is_copy[i, p] else p] = 1.0
+    m = pattern_masses(torch.cat([sink, diag, copy], dim=1), batch)  # three heads
+    torch.testing.assert_close(m["bos_attn"], torch.tensor([1.0, 0.0, 0.0]))
+    torch.testing.assert_close(m["diag_attn"], torch.tensor([0.0, 1.0, 1.0]))
+    assert m["copy_attn"][2] == 1.0 and m["copy_attn"][0] < 1.0
+
+
+def test_pattern_masses_match_loop_on_random_rows() -> None:
+    batch = small_batch()
+    b, t = batch.inputs.shape
+    probs = torch.softmax(torch.randn(b, 2, t, t).masked_fill(torch.ones(t, t).triu(1).bool(), -math.inf), -1)
+    m = pattern_masses(probs, batch)
+    for h in range(2):
+        bos = [probs[i, h, p, 0] for i in range(b) for p in range(t) if batch.is_plain[i, p]]
+        src = [probs[i, h, p, batch.copy_key[i, p]] for i in range(b) for p in range(t) if batch.is_copy[i, p]]
+        assert abs(float(m["bos_attn"][h]) - float(np.mean(bos))) < 1e-6
+        assert abs(float(m["copy_attn"][h]) - float(np.mean(src))) < 1e-6
+
+
+def test_margins_are_logit_gaps_for_softmax() -> None:
+    batch = small_batch()
+    b, t = batch.inputs.shape
+    logits = torch.full((b, 1, t, t), 0.0)
+    logits[..., 0] = 3.0  # every query: BOS logit 3, every other visible logit 0
+    probs = torch.softmax(logits.masked_fill(torch.ones(t, t).triu(1).bool(), -math.inf), -1)
+    margins = pattern_margins(probs, batch)
+    assert abs(float(margins["sink_margin"][0]) - 3.0) < 1e-4
+    assert abs(float(margins["diag_margin"][0]) - -3.0) < 1e-4
+
+
+def test_excess_loss_is_kl_and_vanishes_at_the_oracle() -> None:
+    batch = small_batch()
+    mask = torch.ones_like(batch.is_copy)
+    assert abs(excess_loss(batch.oracle.clamp_min(1e-12).log(), batch.oracle, mask)) < 1e-6
+    logits = torch.randn(batch.oracle.shape, dtype=torch.float64)
+    q = torch.softmax(logits, -1).numpy()
+    kl = [stats.entropy(batch.oracle[i, p].numpy(), q[i, p]) for i in range(6) for p in range(batch.oracle.shape[1])]
+    assert abs(excess_loss(logits, batch.oracle, mask) - float(np.mean(kl))) < 1e-9
+
+
+def test_copy_accuracy_counts_argmax_on_source() -> None:
+    batch = small_batch()
+    logits = torch.nn.functional.one_hot(batch.targets, 8).double()  # p_copy = 1: target = source at copies
+    assert copy_accuracy(logits, batch) == 1.0
+    assert copy_accuracy(-logits, batch) == 0.0
+
+
+def test_value_drain_and_qk_norms_by_loop() -> None:
+    values = torch.rand(3, 2, 5, 4)
+    drain = value_drain(values)
+    loop = [np.mean([values[b, h, 0].norm() / values[b, h, 1:].norm(dim=-1).mean() for b in range(3)]) for h in range(2)]
+    torch.testing.assert_close(drain, torch.tensor(loop, dtype=torch.float32))
+    w = torch.randn(2, 6, 6)
+    nuc, fro = qk_norms(w)
+    for h in range(2):
+        sv = np.linalg.svd(w[h].numpy(), compute_uv=False)
+        assert abs(float(nuc[h]) - sv.sum()) < 1e-4 and abs(float(fro[h]) - np.sqrt((sv**2).sum())) < 1e-4
+
+
+def test_pattern_classes_and_cost_ratio() -> None:
+    assert classify_pattern(0.9, 0.05, 1.0) == "sink"
+    assert classify_pattern(0.1, 0.8, 1.0) == "diagonal"
+    assert classify_pattern(0.3, 0.3, 1.0) == "mixed"
+    assert classify_pattern(0.1, 0.1, 0.2) == "null"
+    pred = cost_predictions(64, 3)
+    n, v = 61, 64  # SPEC §7 closed forms, written out
+    assert abs(pred["pred_sink_nuclear_per_kappa"] - math.sqrt(n * v / (v + 1))) < 1e-9
+    assert abs(pred["pred_diag_nuclear_per_kappa"] - (n - 1 + math.sqrt(1 - n / (v + 1)))) < 1e-9
