@@ -1,3 +1,30 @@
-"""sinkscope: attention sinks, diagonal patterns, attention switches and oversmoothing in transformers."""
+"""sinkscope: attention sinks, diagonal patterns, attention switches and oversmoothing in transformers.
+
+    import sinkscope
+    lm = sinkscope.load_model("smollm2-135m")
+    run = sinkscope.analyze(lm, sinkscope.windows("builtin:prose", lm.tokenizer, seq_len=64, max_windows=256))
+    run.heads, run.layers, run.positions      # pandas DataFrames (SPEC §8)
+    run.save("runs/x")
+
+The public names are imported lazily so that `import sinkscope` (and `sinkscope --help`) stays instant.
+"""
+
+from importlib import import_module
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "load_model": "sinkscope.models.load",
+    "windows": "sinkscope.corpus.windows",
+    "analyze": "sinkscope.analyze",
+    "AnalyzeConfig": "sinkscope.analyze",
+    "Run": "sinkscope.run",
+    "SinkscopeError": "sinkscope.errors",
+}
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'sinkscope' has no attribute {name!r}")

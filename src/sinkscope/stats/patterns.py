@@ -65,31 +65,36 @@ def sink_rate(scores: Tensor, epsilon: float = 0.3) -> float:
     return float((scores > epsilon).float().mean())
 
 
-# Column names of the per-head sums that `pattern_block_sums` returns, shape (H,) unless noted.
-PATTERN_SUMS = ("sink", "diag", "prev", "entropy", "hard_sink", "hard_diag", "upper_mass")
-
-
-def pattern_block_sums(probs: Tensor, q_start: int, delta: float) -> tuple[dict[str, Tensor], Tensor]:
+def pattern_block_sums(
+    probs: Tensor, q_start: int, delta: float, entropy: Tensor | None = None
+) -> tuple[dict[str, Tensor], Tensor, Tensor]:
     """Streaming sums of SPEC §2 over one block of query rows.
 
-    `probs`: (B, H, Q, T) attention of queries `q_start..q_start+Q-1` over all T keys. Returns
-    `(sums, hard_either)`: `sums[name]` of shape (H,) summed over batch and rows (queries t ≥ 1 only, except
-    `sink` which includes t = 0 as SPEC §2 says), `sums["keys"]` of shape (H, T) (column sums, for `α_k`),
-    `sums["row_error"]` (H,) the largest `|Σ_j A[t,j] - 1|` (a max, not a sum) — and `hard_either`
-    (B, H, Q) booleans: query is hard-sink or hard-diagonal (for the layer's MLP-like fraction, SPEC §3).
+    `probs`: (B, H, Q, K) attention of queries `q_start..q_start+Q-1` over keys `0..K-1` (K ≥ q_start+Q; keys
+    past the last query are causally masked, so a block may stop there). `entropy`: optional (B, H, Q) row
+    entropies in nats already known to the caller (from the logits), else computed from `probs`.
+    Returns `(sums, hard_sink, hard_diag)`: `sums[name]` of shape (H,) summed over batch and rows (queries
+    t ≥ 1 only, except `sink` which includes t = 0 as SPEC §2 says), `sums["keys"]` (H, K) column sums (for
+    `α_k`), `sums["row_total"]` (H,) the total mass (must equal B·Q: rows sum to 1) and `sums["upper_mass"]`
+    (H,) the mass above the diagonal (must be 0: causal); `hard_sink`, `hard_diag` are (B, H, Q) booleans
+    (false for t = 0), for the switch table and the layer's MLP-like fraction (SPEC §3).
     """
-    B, H, Q, T = probs.shape
+    B, H, Q, K = probs.shape
     rows = torch.arange(q_start, q_start + Q, device=probs.device)
-    probs = probs.double()
-    diag = probs.gather(-1, rows.view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1)  # (B, H, Q)
-    prev = probs.gather(-1, (rows - 1).clamp_min(0).view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1)
-    col0 = probs[..., 0]
-    plogp = torch.where(probs > 0, probs * probs.clamp_min(1e-300).log(), torch.zeros_like(probs))
-    entropy = -plogp.sum(-1) / torch.log((rows + 1).clamp_min(2).double())  # (B, H, Q)
-    above = torch.arange(T, device=probs.device).view(1, T) > rows.view(Q, 1)  # (Q, T) strictly upper
+    diag = probs.gather(-1, rows.view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1).double()  # (B, H, Q)
+    prev = probs.gather(-1, (rows - 1).clamp_min(0).view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1).double()
+    col0 = probs[..., 0].double()
+    if entropy is None:
+        plogp = torch.where(probs > 0, probs * probs.clamp_min(1e-30).log(), torch.zeros_like(probs))
+        entropy = -plogp.sum(-1)
+    entropy = entropy.double() / torch.log((rows + 1).clamp_min(2).double())  # normalised by log(t+1)
+    # Mass above the diagonal can only sit in the block's own Q×Q corner (keys q_start..q_start+Q-1).
+    corner = probs[..., q_start : q_start + Q]
+    above = torch.ones(Q, Q, dtype=torch.bool, device=probs.device).triu(1)
     valid = (rows >= 1).view(1, 1, Q)  # queries t ≥ 1
     hard_sink = (col0 >= 1 - delta) & valid
     hard_diag = (diag >= 1 - delta) & valid
+    keys = probs.sum((0, 2), dtype=torch.float64)  # (H, K)
     sums = {
         "sink": col0.sum((0, 2)),
         "diag": (diag * valid).sum((0, 2)),
@@ -97,11 +102,11 @@ def pattern_block_sums(probs: Tensor, q_start: int, delta: float) -> tuple[dict[
         "entropy": (entropy * valid).sum((0, 2)),
         "hard_sink": hard_sink.sum((0, 2)).double(),
         "hard_diag": hard_diag.sum((0, 2)).double(),
-        "upper_mass": (probs * above).sum((0, 2, 3)),
-        "keys": probs.sum((0, 2)),
-        "row_error": (probs.sum(-1) - 1).abs().amax((0, 2)),
+        "upper_mass": (corner * above).sum((0, 2, 3), dtype=torch.float64),
+        "row_total": keys.sum(-1),
+        "keys": keys,
     }
-    return sums, (hard_sink | hard_diag)
+    return sums, hard_sink, hard_diag
 
 
 def finalize_pattern_scores(sums: dict[str, Tensor], windows: int, seq_len: int) -> dict[str, Tensor]:
@@ -119,7 +124,7 @@ def finalize_pattern_scores(sums: dict[str, Tensor], windows: int, seq_len: int)
     }
 
 
-HEAD_CLASS_THRESHOLDS = {"sink": 0.3, "diagonal": 0.5, "previous-token": 0.5, "dense": 0.7}
+HEAD_CLASS_THRESHOLDS = {"diagonal": 0.5, "previous-token": 0.5, "dense": 0.7}
 
 
 def head_class(sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3) -> str:

@@ -1,0 +1,170 @@
+"""The analysis pipeline: stream windows through the base model, reduce attention as it is computed, tabulate.
+
+`analyze(lm, windows)` ties capture (hooks + blocked attention) to the statistics of SPEC §2–§4 and returns a
+`Run` whose tables are those of SPEC §8.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sinkscope.capture.attention import watch_attention
+from sinkscope.capture.collector import StatsCollector
+from sinkscope.capture.layer_inputs import layer_input_hooks
+from sinkscope.corpus.windows import Windows
+from sinkscope.errors import SinkscopeError
+from sinkscope.models.families import attention_module
+from sinkscope.models.load import LoadedModel
+from sinkscope.run import Run
+from sinkscope.stats.patterns import finalize_pattern_scores, head_class
+from sinkscope.stats.switch import finalize_switch
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """Thresholds of an analysis (SPEC §2–§4). `epsilon`: sink-rate threshold (Gu et al.: 0.3); `delta`:
+    hard-pattern threshold; `tau`: switch threshold; `geometry_cap`: attention inputs sampled per layer for the
+    half-space certificates; `seed`: that sample's seed."""
+
+    epsilon: float = 0.3
+    delta: float = 0.1
+    tau: float = 0.1
+    geometry_cap: int = 512
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epsilon", "delta", "tau"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
+        if self.geometry_cap < 0:
+            raise SinkscopeError(f"geometry_cap {self.geometry_cap} must be ≥ 0")
+
+
+def check_seq_len(lm: LoadedModel, seq_len: int) -> None:
+    """A clear error for a window longer than the model's context."""
+    limit = lm.max_positions
+    if limit is not None and seq_len > limit:
+        raise SinkscopeError(f"--seq-len {seq_len} exceeds the model's context of {limit} tokens; use ≤ {limit}")
+
+
+@torch.no_grad()
+def analyze(
+    lm: LoadedModel, windows: Windows, config: AnalyzeConfig | None = None, *, progress: bool = True
+) -> Run:
+    """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows."""
+    from tqdm.auto import tqdm
+
+    config = config or AnalyzeConfig()
+    check_seq_len(lm, windows.seq_len)
+    layout, blocks = lm.layout, lm.layers
+    collector = StatsCollector(
+        len(blocks), layout.n_heads, layout.group, windows.seq_len, config.delta, config.tau,
+        config.geometry_cap, config.seed,
+    )  # fmt: skip
+    collector.dtype_name = lm.identity.get("dtype", "float32")
+    attention = {index: attention_module(lm.family, block) for index, block in enumerate(blocks)}
+    total = None if windows.max_windows is None else math.ceil(windows.max_windows / windows.batch_size)
+    started = time.perf_counter()
+    with (
+        layer_input_hooks(lm, collector.on_layer_input),
+        watch_attention(lm.model, attention, collector.on_block, collector.on_values),
+    ):
+        for batch in tqdm(windows, total=total, desc="analyze", unit="batch", disable=not progress):
+            lm.base(input_ids=batch.to(lm.device), use_cache=False)
+            collector.end_batch(len(batch))
+    seconds = time.perf_counter() - started
+    heads, layers, positions = tabulate(collector, windows.seq_len, config.epsilon)
+    meta = {
+        "config": asdict(config),
+        "model": lm.identity,
+        "corpus": windows.identity(),
+        "versions": package_versions(),
+        "timings": {"analyze_seconds": seconds, "tokens_per_second": collector.windows * windows.seq_len / seconds},
+        "summary": summary(heads, config.epsilon),
+    }
+    return Run(meta=meta, heads=heads, layers=layers, positions=positions)
+
+
+def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[pd.DataFrame, ...]:
+    """The SPEC §8 tables from a collector's sums, after checking the captured patterns were causal softmax."""
+    sums, W, T = collector.acc.tensors, collector.windows, seq_len
+    if W == 0:
+        raise SinkscopeError("no window was analysed")
+    row_error = (sums["row_total"] / (W * T) - 1).abs().max().item()
+    upper = sums["upper_mass"].max().item() / (W * T)
+    if row_error > 1e-4 or upper > 1e-6:
+        raise SinkscopeError(
+            f"captured attention is not a causal softmax (row-sum error {row_error:.2e}, mass above the "
+            f"diagonal {upper:.2e}): the model's attention mask was not applied; please report this model"
+        )
+    L, H = sums["sink"].shape
+    head_rows = []
+    for layer in range(L):
+        per_layer = {k: v[layer] for k, v in sums.items() if v.dim() > 0}
+        scores = finalize_pattern_scores(per_layer, W, T)
+        switch = finalize_switch(per_layer, W, T)
+        for head in range(H):
+            row = {"layer": layer, "head": head}
+            row |= {k: float(v[head]) for k, v in scores.items() if k != "key_scores"}
+            row["head_class"] = head_class(
+                row["sink_score"], row["diag_score"], row["prev_score"], row["entropy"], epsilon
+            )
+            row |= {k: float(v[head]) for k, v in switch.items()}
+            row |= {f"switch_{k}": int(sums[k][layer, head]) for k in ("n_off_sink", "n_off_nosink", "n_on_sink",
+                                                                       "n_on_nosink")}
+            head_rows.append(row)
+    heads = pd.DataFrame(head_rows)
+    key_scores = sums["keys"] / (torch.arange(T, 0, -1, dtype=torch.float64) * W)  # (L, H, T): α_k
+    layers = pd.DataFrame({"layer": np.arange(L)})
+    layers["sink_rate"] = heads.groupby("layer")["sink_score"].apply(lambda s: float((s > epsilon).mean())).values
+    layers["mlp_like_frac"] = (sums["mlp_like"] / (W * (T - 1))).numpy()
+    n_ctx = W * (T - 1)
+    for kind in "hz":
+        layers[f"bos_cos_mean_{kind}"] = (sums[f"{kind}_cos_sum"] / n_ctx).numpy()
+        layers[f"bos_cos_max_{kind}"] = sums[f"{kind}_cos_max"].numpy()
+        layers[f"bos_cos_nonpos_frac_{kind}"] = (sums[f"{kind}_cos_nonpos"] / n_ctx).numpy()
+        layers[f"bos_norm_ratio_{kind}"] = (sums[f"{kind}_norm_ratio_sum"] / W).numpy()
+    positions = pd.DataFrame(
+        {
+            "layer": np.repeat(np.arange(L), T),
+            "position": np.tile(np.arange(T), L),
+            "sink_rate": (key_scores > epsilon).double().mean(1).flatten().numpy(),
+            "mean_key_score": key_scores.mean(1).flatten().numpy(),
+            "max_key_score": key_scores.amax(1).flatten().numpy(),
+        }
+    )
+    return heads, layers, positions
+
+
+def summary(heads: pd.DataFrame, epsilon: float) -> dict:
+    """Model-level numbers printed by the CLI and shown first in the report."""
+    return {
+        "sink_rate": float((heads["sink_score"] > epsilon).mean()),
+        "epsilon": epsilon,
+        "mean_sink_score": float(heads["sink_score"].mean()),
+        "mean_diag_score": float(heads["diag_score"].mean()),
+        "head_classes": {k: int(v) for k, v in heads["head_class"].value_counts().items()},
+    }
+
+
+def package_versions() -> dict:
+    import transformers
+
+    import sinkscope
+
+    return {
+        "sinkscope": sinkscope.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "python": platform.python_version(),
+    }

@@ -1,0 +1,35 @@
+"""`sinkscope report`: (re)build report.html from one or more run directories, compared side by side."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLE = """examples:
+  sinkscope report runs/x                      # rebuilds runs/x/report.html
+  sinkscope report runs/x runs/y --out cmp.html  # compares two runs on one page"""
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="(re)build report.html from run directories",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("runs", nargs="+", help="run directories written by `sinkscope analyze`")
+    parser.add_argument("--out", default=None, help="HTML file (default: report.html in the first run)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from sinkscope.report.html import write_report
+    from sinkscope.run import Run
+
+    runs = [Run.load(path) for path in args.runs]
+    first = Path(args.runs[0])
+    out = Path(args.out) if args.out else first / "report.html"
+    write_report(runs, out, figures_dir=first / "figures" if len(runs) == 1 else None)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,109 @@
+"""One self-contained HTML page for one or more runs (figures embedded as base64 PNG), compared side by side.
+
+The PNGs are also written to `figures/` so they can be pasted into a paper draft.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sinkscope.report import plots
+
+if TYPE_CHECKING:
+    from sinkscope.run import Run
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
+ color:#1b2631;line-height:1.45;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #d5d8dc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;font-size:.9em;margin:1em 0} td,th{border:1px solid #d5d8dc;padding:.3em .6em}
+th{background:#f4f6f7;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
+figure{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top} img{max-width:100%}
+figcaption{font-size:.85em;color:#566573} .note{color:#566573;font-size:.9em}
+"""
+
+
+def _img(png: bytes, caption: str) -> str:
+    data = base64.b64encode(png).decode()
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}"><figcaption>' \
+        f"{html.escape(caption)}</figcaption></figure>"
+
+
+def _summary_table(runs: list[Run]) -> str:
+    header = ["run", "model", "corpus", "T", "windows", "sink rate", "mean sink", "mean diag", "MLP-like",
+              "head classes", "tokens/s"]
+    rows = []
+    for index, run in enumerate(runs):
+        meta, summary = run.meta, run.meta["summary"]
+        classes = ", ".join(f"{k} {v}" for k, v in sorted(summary["head_classes"].items(), key=lambda kv: -kv[1]))
+        cells = [
+            str(index + 1),
+            html.escape(str(meta["model"].get("name"))),
+            html.escape(str(meta["corpus"].get("source"))),
+            str(meta["corpus"].get("seq_len")),
+            str(meta["corpus"].get("windows")),
+            f"{summary['sink_rate']:.3f} (ε={summary['epsilon']})",
+            f"{summary['mean_sink_score']:.3f}",
+            f"{summary['mean_diag_score']:.3f}",
+            f"{run.layers['mlp_like_frac'].mean():.3f}",
+            html.escape(classes),
+            f"{meta['timings']['tokens_per_second']:.0f}",
+        ]
+        rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>")
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>" + "".join(rows) + "</table>"
+
+
+def run_figures(run: Run) -> list[tuple[str, str, bytes]]:
+    """(file stem, caption, PNG) for every figure of one run."""
+    return [
+        ("sink_score", "Sink score α = mean_t A[t,0] per layer and head",
+         plots.figure_png(plots.head_heatmap(run.heads, "sink_score", "sink score"))),
+        ("diag_score", "Diagonal score mean_t A[t,t] per layer and head",
+         plots.figure_png(plots.head_heatmap(run.heads, "diag_score", "diagonal score", cmap="Blues"))),
+        ("head_classes", "Head classes per layer (thresholds in docs/statistics.md)",
+         plots.figure_png(plots.head_classes(run.heads))),
+        ("bos_geometry", "BOS geometry across depth: cosine with other tokens and norm ratio",
+         plots.figure_png(plots.bos_geometry(run.layers))),
+        ("position_sinks", "Per-position sink rate: which keys act as sinks",
+         plots.figure_png(plots.position_sinks(run.positions))),
+    ]
+
+
+def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -> Path:
+    """Write `path` (report.html) for `runs`; with `figures_dir`, also write each run's PNGs there."""
+    path = Path(path)
+    sections = []
+    if len(runs) > 1:
+        named = [(f"{i + 1}: {run.name}", run.layers) for i, run in enumerate(runs)]
+        sections.append("<h2>Comparison</h2>" + _img(plots.figure_png(plots.compare_runs(named)),
+                                                    "Sink rate and BOS cosine against relative depth"))
+    for index, run in enumerate(runs):
+        figures = run_figures(run)
+        if figures_dir is not None and len(runs) == 1:
+            figures_dir.mkdir(parents=True, exist_ok=True)
+            for stem, _, png in figures:
+                (figures_dir / f"{stem}.png").write_bytes(png)
+        meta = run.meta
+        title = html.escape(f"Run {index + 1}: {run.name}")
+        details = html.escape(
+            f"T={meta['corpus'].get('seq_len')}, windows={meta['corpus'].get('windows')}, "
+            f"BOS id={meta['corpus'].get('bos_id')}, dtype={meta['model'].get('dtype')}, "
+            f"sinkscope {meta['versions'].get('sinkscope')}, transformers {meta['versions'].get('transformers')}"
+        )
+        body = "".join(_img(png, caption) for _, caption, png in figures)
+        sections.append(f"<h2>{title}</h2><p class='note'>{details}</p>{body}")
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>sinkscope report</title>"
+        f"<style>{STYLE}</style></head><body><h1>sinkscope report</h1>"
+        "<p class='note'>Attention sinks, diagonal patterns and BOS geometry (definitions: SPEC §2–§4). "
+        "Sink rate = fraction of heads whose sink score exceeds ε.</p>"
+        f"{_summary_table(runs)}{''.join(sections)}</body></html>"
+    )
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return path

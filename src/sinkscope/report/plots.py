@@ -1,0 +1,117 @@
+"""Figures of a run (matplotlib, Agg): heatmaps of head statistics, BOS geometry by depth, positional sinks.
+
+Each function takes the run's tables and returns a `Figure`; `figure_png` turns one into PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+HEAD_CLASS_COLORS = {
+    "sink": "#c0392b",
+    "diagonal": "#2471a3",
+    "previous-token": "#28b463",
+    "dense": "#b7950b",
+    "mixed": "#909497",
+}
+
+
+def figure_png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def head_heatmap(heads: pd.DataFrame, column: str, title: str, cmap: str = "magma") -> Figure:
+    """Layer × head heatmap of one per-head column, values in [0, 1]."""
+    grid = heads.pivot(index="layer", columns="head", values=column).to_numpy()
+    fig, ax = plt.subplots(figsize=(1.2 + 0.35 * grid.shape[1], 1.0 + 0.18 * grid.shape[0]))
+    image = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.08)
+    return fig
+
+
+def bos_geometry(layers: pd.DataFrame) -> Figure:
+    """BOS cosine across depth for the attention input z and the residual h, and the BOS norm ratio."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for kind, style in (("z", "-"), ("h", "--")):
+        left.plot(layers["layer"], layers[f"bos_cos_mean_{kind}"], style, color="#2471a3", label=f"mean cos ({kind})")
+        left.plot(layers["layer"], layers[f"bos_cos_max_{kind}"], style, color="#c0392b", label=f"max cos ({kind})")
+    left.axhline(0, color="black", lw=0.6)
+    left.set_xlabel("layer")
+    left.set_ylabel("cos(x₀, xₜ), t ≥ 1")
+    left.set_title("BOS cosine with other tokens", fontsize=10)
+    left.legend(fontsize=7)
+    for kind, style in (("h", "-"), ("z", "--")):
+        right.plot(layers["layer"], layers[f"bos_norm_ratio_{kind}"], style, label=kind)
+    right.set_yscale("log")
+    right.set_xlabel("layer")
+    right.set_ylabel("‖x₀‖ / mean ‖xₜ‖")
+    right.set_title("BOS norm ratio (massive activation)", fontsize=10)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def position_sinks(positions: pd.DataFrame) -> Figure:
+    """Per-position sink rate (fraction of heads with α_k > ε), averaged over layers, and by layer."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    mean = positions.groupby("position")["sink_rate"].mean()
+    left.plot(mean.index, mean.values, marker=".", ms=3)
+    left.set_xscale("symlog", linthresh=1)
+    left.set_xlabel("key position k")
+    left.set_ylabel("sink rate")
+    left.set_title("Per-position sink rate (all layers)", fontsize=10)
+    grid = positions.pivot(index="layer", columns="position", values="mean_key_score").to_numpy()
+    image = right.imshow(np.clip(grid, 1e-4, 1), aspect="auto", cmap="viridis", norm=matplotlib.colors.LogNorm())
+    right.set_xlabel("key position k")
+    right.set_ylabel("layer")
+    right.set_title("mean α_k over heads", fontsize=10)
+    fig.colorbar(image, ax=right, fraction=0.08)
+    fig.tight_layout()
+    return fig
+
+
+def head_classes(heads: pd.DataFrame) -> Figure:
+    """Head classes per layer, stacked."""
+    counts = heads.groupby(["layer", "head_class"]).size().unstack(fill_value=0)
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    bottom = np.zeros(len(counts))
+    for name, color in HEAD_CLASS_COLORS.items():
+        if name in counts:
+            ax.bar(counts.index, counts[name], bottom=bottom, color=color, label=name)
+            bottom += counts[name].to_numpy()
+    ax.set_xlabel("layer")
+    ax.set_ylabel("heads")
+    ax.set_title("Head classes per layer", fontsize=10)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    return fig
+
+
+def compare_runs(named_layers: list[tuple[str, pd.DataFrame]]) -> Figure:
+    """Several runs side by side against relative depth: sink rate and BOS cosine (z)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for name, layers in named_layers:
+        depth = layers["layer"] / max(1, len(layers) - 1)
+        left.plot(depth, layers["sink_rate"], marker=".", label=name)
+        right.plot(depth, layers["bos_cos_mean_z"], marker=".", label=name)
+    left.set_xlabel("relative depth")
+    left.set_ylabel("sink rate")
+    right.set_xlabel("relative depth")
+    right.set_ylabel("mean cos(z₀, zₜ)")
+    right.axhline(0, color="black", lw=0.6)
+    left.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,79 @@
+"""A run directory (SPEC §8): run.json, heads/layers/positions.parquet, figures/*.png and report.html.
+
+Written to a temporary sibling directory and renamed into place, so a crash never leaves a half run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from sinkscope.errors import SinkscopeError
+
+TABLES = ("heads", "layers", "positions")
+
+
+@dataclass
+class Run:
+    """Results of one analysis: `meta` (config, model and corpus identity, versions, timings, summary) and
+    the tables `heads` (one row per layer, head), `layers` (one row per layer), `positions` (layer, key)."""
+
+    meta: dict
+    heads: pd.DataFrame
+    layers: pd.DataFrame
+    positions: pd.DataFrame
+    extra: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.meta['model'].get('name', '?')} · {self.meta['corpus'].get('source', '?')}"
+
+    def save(self, directory: str | Path, *, overwrite: bool = False, report: bool = True) -> Path:
+        """Write the run directory atomically; `report` also draws the figures and report.html."""
+        directory = Path(directory)
+        ensure_writable(directory, overwrite)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-"))
+        try:
+            (staging / "run.json").write_text(json.dumps(self.meta, indent=2, default=str))
+            for name in TABLES:
+                getattr(self, name).to_parquet(staging / f"{name}.parquet", index=False)
+            for name, table in self.extra.items():
+                table.to_parquet(staging / f"{name}.parquet", index=False)
+            if report:
+                from sinkscope.report.html import write_report
+
+                write_report([self], staging / "report.html", figures_dir=staging / "figures")
+            if directory.exists():
+                shutil.rmtree(directory)
+            staging.rename(directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Run:
+        """Read a run directory written by `save`."""
+        directory = Path(directory)
+        if not (directory / "run.json").is_file():
+            raise SinkscopeError(f"{directory} is not a sinkscope run directory (no run.json)")
+        meta = json.loads((directory / "run.json").read_text())
+        tables = {name: pd.read_parquet(directory / f"{name}.parquet") for name in TABLES}
+        extra = {
+            path.stem: pd.read_parquet(path) for path in sorted(directory.glob("*.parquet")) if path.stem not in TABLES
+        }
+        return cls(meta=meta, extra=extra, **tables)
+
+
+def ensure_writable(directory: Path, overwrite: bool) -> None:
+    """Refuse to replace an existing non-empty directory unless asked (checked before any work starts)."""
+    if directory.exists() and not directory.is_dir():
+        raise SinkscopeError(f"--out {directory} exists and is not a directory")
+    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
+        raise SinkscopeError(f"--out {directory} already exists; choose another directory or pass --overwrite")

@@ -1,0 +1,59 @@
+"""Attention-switch statistics of SPEC §3 as pure functions over head outputs and value norms.
+
+`o_t = Σ_j A[t,j] v_j` is a head's output before the output projection (`v_j` its value vector, shared within a
+GQA group). A query is *switched off* when `||o_t|| ≤ τ · mean_j ||v_j||`; the paper proves switched-off ⇔ sink
+under mild assumptions, which the 2×2 table (switched-off × hard-sink) tests.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def value_drain(value_norms: Tensor) -> Tensor:
+    """Guo et al. 2024's value drain `||v_0|| / mean_{j≥1} ||v_j||` (SPEC §3). (..., T) → (...)."""
+    return value_norms[..., 0] / value_norms[..., 1:].mean(-1)
+
+
+def switch_block_sums(
+    out_norms: Tensor, value_norms: Tensor, hard_sink: Tensor, q_start: int, tau: float
+) -> dict[str, Tensor]:
+    """Streaming sums of SPEC §3 over one block of queries.
+
+    `out_norms` (B, H, Q): `||o_t||` for queries `q_start..q_start+Q-1`; `value_norms` (B, H, T): `||v_j||` of
+    each head's (GQA-shared) values; `hard_sink` (B, H, Q): `A[t,0] ≥ 1-δ` (false at t = 0).
+    Returns per-head (H,) sums: `ahon` (Σ ||o_t|| over all t) and the 2×2 counts over queries t ≥ 1:
+    `n_off_sink`, `n_off_nosink`, `n_on_sink`, `n_on_nosink`.
+    """
+    Q = out_norms.shape[-1]
+    rows = torch.arange(q_start, q_start + Q, device=out_norms.device)
+    valid = (rows >= 1).view(1, 1, Q)
+    off = out_norms <= tau * value_norms.mean(-1, keepdim=True)
+    on = ~off & valid
+    off = off & valid
+    count = lambda mask: mask.sum((0, 2)).double()  # noqa: E731
+    return {
+        "ahon": out_norms.double().sum((0, 2)),
+        "n_off_sink": count(off & hard_sink),
+        "n_off_nosink": count(off & ~hard_sink),
+        "n_on_sink": count(on & hard_sink),
+        "n_on_nosink": count(on & ~hard_sink),
+    }
+
+
+def finalize_switch(sums: dict[str, Tensor], windows: int, seq_len: int) -> dict[str, Tensor]:
+    """Per-head SPEC §3 scores of one layer from accumulated sums (each (H,)).
+
+    `ahon_ln` divides by the mean AHON over the layer's heads (Sandoval-Segura et al. 2025); `switch_agreement`
+    is P(hard-sink | switched-off), NaN when no query was switched off.
+    """
+    ahon = sums["ahon"] / (windows * seq_len)
+    n_off = sums["n_off_sink"] + sums["n_off_nosink"]
+    return {
+        "ahon": ahon,
+        "ahon_ln": ahon / ahon.mean(),
+        "value_drain": sums["value_drain"] / windows,
+        "switch_off_frac": n_off / (windows * (seq_len - 1)),
+        "switch_agreement": torch.where(n_off > 0, sums["n_off_sink"] / n_off.clamp_min(1), torch.nan),
+    }
