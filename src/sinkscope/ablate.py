@@ -17,9 +17,14 @@ pass over a few windows. Loss is the mean cross-entropy of the full causal LM ov
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -277,33 +282,171 @@ def random_heads(n_layers: int, n_heads: int, count: int, seed: int) -> list[Hea
     return sorted((int(i // n_heads), int(i % n_heads)) for i in flat)
 
 
+def head_sets_for(
+    selections: Sequence[str],
+    fractions: Sequence[float],
+    scores: pd.DataFrame | None,
+    n_layers: int,
+    n_heads: int,
+    n_random: int = 3,
+    seed: int = 0,
+) -> tuple[dict[str, list[Head]], dict[str, tuple[str, float, int]]]:
+    """Named head sets for each selection, with `n_random` random draws of the same size beside each.
+
+    selections: `lowest-ahon-ln`, `highest-hard-sink` (one set per fraction), `random` (baseline only),
+    `class:NAME` or `heads:L.H,...` (one fixed set; its fraction is its size over all heads).
+    Returns `(sets, labels)`: set name → heads, and set name → (selection, fraction, seed; -1 if not random).
+    """
+    total = n_layers * n_heads
+    sets: dict[str, list[Head]] = {}
+    labels: dict[str, tuple[str, float, int]] = {}
+    counts: set[int] = set()
+    for selection in selections:
+        if selection in SCORE_SELECTIONS:
+            if scores is None:
+                raise SinkscopeError(f"selection {selection} needs head scores (a previous run or a scoring pass)")
+            for fraction in fractions:
+                count = count_for_fraction(total, fraction)
+                sets[f"{selection}@{fraction:g}"] = heads_by_score(scores, selection, count)
+                labels[f"{selection}@{fraction:g}"] = (selection, count / total, -1)
+                counts.add(count)
+        elif selection == "random":
+            counts.update(count_for_fraction(total, fraction) for fraction in fractions)
+        elif selection.startswith(("class:", "heads:")):
+            kind, _, value = selection.partition(":")
+            if kind == "class" and scores is None:
+                raise SinkscopeError(f"selection {selection} needs head classes: pass --from-run")
+            heads = heads_of_class(scores, value) if kind == "class" else parse_heads(value)
+            sets[selection], labels[selection] = heads, (selection, len(set(heads)) / total, -1)
+            counts.add(len(set(heads)))
+        else:
+            raise SinkscopeError(
+                f"selection {selection!r} is not one of {', '.join(SCORE_SELECTIONS)}, random, class:NAME, "
+                "heads:L.H,..."
+            )
+    for count in sorted(counts):
+        for draw in range(n_random):
+            name = f"random:{count}#{draw}"
+            sets[name] = random_heads(n_layers, n_heads, min(count, total), seed + draw)
+            labels[name] = ("random", count / total, seed + draw)
+    return sets, labels
+
+
 def ablation_curve(
     lm: LoadedModel,
     windows: Iterable[Tensor],
-    scores: pd.DataFrame,
+    scores: pd.DataFrame | None,
     fractions: Sequence[float],
     selections: Sequence[str] = tuple(SCORE_SELECTIONS),
     mode: str = "zero",
     n_random: int = 3,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Loss change against the fraction of heads removed, per score selection plus the random baseline.
+    """Loss change against the fraction of heads removed, per selection, with the random baseline beside it.
 
-    Columns of `ablate`, plus selection, fraction, seed (random draws only; -1 otherwise). The random baseline
-    uses `n_random` seeded draws of the same head count at every fraction.
+    Columns of `ablate`, plus selection, fraction (heads removed / all heads), seed (random draws; else -1).
+    The baseline draws `n_random` seeded random sets of every head count that a selection uses.
     """
-    n_layers, n_heads = len(lm.layers), lm.layout.n_heads
-    sets: dict[str, list[Head]] = {}
-    labels: dict[str, tuple[str, float, int]] = {}
-    for fraction in fractions:
-        count = count_for_fraction(n_layers * n_heads, fraction)
-        for selection in selections:
-            name = f"{selection}@{fraction:g}"
-            sets[name], labels[name] = heads_by_score(scores, selection, count), (selection, fraction, -1)
-        for draw in range(n_random):
-            name = f"random@{fraction:g}#{draw}"
-            heads = random_heads(n_layers, n_heads, count, seed + draw)
-            sets[name], labels[name] = heads, ("random", fraction, seed + draw)
+    sets, labels = head_sets_for(selections, fractions, scores, len(lm.layers), lm.layout.n_heads, n_random, seed)
     frame = ablate(lm, windows, sets, mode)
     frame[["selection", "fraction", "seed"]] = pd.DataFrame([labels[name] for name in frame["set"]])
     return frame
+
+
+def curve_summary(curve: pd.DataFrame) -> pd.DataFrame:
+    """Per (selection, fraction): mean loss change, its spread over random draws, and head count."""
+    return (
+        curve.groupby(["selection", "fraction"], sort=True)
+        .agg(n_heads=("n_heads", "first"), delta_loss=("delta_loss", "mean"), delta_std=("delta_loss", "std"),
+             delta_sem=("delta_sem", "mean"), draws=("delta_loss", "size"))
+        .reset_index()
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AblateConfig:
+    """One ablation experiment: which heads (`selections`, see `head_sets_for`), how many (`fractions` of all
+    heads, for score selections and the random baseline), how (`mode`), and where scores come from: a previous
+    analyze run (`from_run`) or a scoring pass over the first `score_windows` windows (scores use no labels,
+    so sharing windows with the loss evaluation leaks nothing)."""
+
+    selections: tuple[str, ...] = tuple(SCORE_SELECTIONS)
+    fractions: tuple[float, ...] = (0.05, 0.1, 0.2)
+    mode: str = "zero"
+    n_random: int = 3
+    seed: int = 0
+    score_windows: int = 16
+    from_run: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SinkscopeError(f"--mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if not self.selections:
+            raise SinkscopeError("--select needs at least one selection")
+        for fraction in self.fractions:
+            count_for_fraction(1, fraction)  # validates the range
+        if self.n_random < 1:
+            raise SinkscopeError(f"--random-draws {self.n_random} must be at least 1 (the baseline is required)")
+        if self.score_windows < 1:
+            raise SinkscopeError(f"--score-windows {self.score_windows} must be at least 1")
+
+
+def run_ablation(lm: LoadedModel, windows, config: AblateConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Score heads (or read a run's scores), ablate every selected set and its random baseline.
+
+    windows: a `sinkscope.corpus.windows.Windows` (or any iterable of LongTensor[B, T] batches with
+    `identity()`). Returns `(curve, scores, meta)`: the `ablation_curve` table, the per-head scores used, and
+    the metadata saved beside them (config, model and corpus identity, timings).
+    """
+    started = time.perf_counter()
+    batches = list(windows)
+    if config.from_run is not None:
+        scores = scores_from_run(config.from_run)
+    else:
+        first = torch.cat(batches)[: config.score_windows]
+        scores = head_scores(lm, first.split(max(1, batches[0].shape[0])))
+    curve = ablation_curve(
+        lm, batches, scores, config.fractions, config.selections, config.mode, config.n_random, config.seed
+    )
+    meta = {
+        "config": asdict(config),
+        "model": lm.identity,
+        "corpus": windows.identity() if hasattr(windows, "identity") else {},
+        "timings": {"seconds": time.perf_counter() - started},
+        "base_loss": float(curve["base_loss"].iloc[0]),
+    }
+    return curve, scores, meta
+
+
+def check_out_dir(directory: str | Path, overwrite: bool) -> None:
+    """Refuse an existing non-empty output directory unless `overwrite` (check before any model work)."""
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())) and not overwrite:
+        raise SinkscopeError(f"--out {directory} already exists; choose another directory or pass --overwrite")
+
+
+def save_ablation(
+    directory: str | Path, curve: pd.DataFrame, scores: pd.DataFrame, meta: dict, overwrite: bool = False
+) -> Path:
+    """Write `ablation.parquet`, `head_scores.parquet`, `ablation.json` and `figures/ablation_curve.png`
+    into `directory`, staged in a temporary sibling and renamed into place."""
+    from sinkscope.report.plots import figure_png
+    from sinkscope.report.switch_section import ablation_figure
+
+    directory = Path(directory)
+    check_out_dir(directory, overwrite)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-"))
+    try:
+        curve.to_parquet(staging / "ablation.parquet", index=False)
+        scores.to_parquet(staging / "head_scores.parquet", index=False)
+        (staging / "ablation.json").write_text(json.dumps(meta, indent=2, default=str))
+        (staging / "figures").mkdir()
+        (staging / "figures" / "ablation_curve.png").write_bytes(figure_png(ablation_figure(curve)))
+        if directory.exists():
+            shutil.rmtree(directory)
+        staging.rename(directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory

@@ -1,0 +1,88 @@
+"""`sinkscope ablate`: switch heads off (zero them, or move their attention to BOS) and measure the loss change."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """examples:
+  sinkscope ablate --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 64 --out runs/abl
+  sinkscope ablate --model gemma3-270m --select lowest-ahon-ln --select highest-hard-sink --fractions 0.05,0.1,0.2 \\
+      --mode bos --out runs/abl-gemma-bos
+  sinkscope ablate --from-run runs/x --select class:sink --out runs/abl-sink-heads   # scores/classes of an analyze run
+  sinkscope ablate --select heads:3.1,4.2 --out runs/abl-two
+
+selections (repeat --select): lowest-ahon-ln, highest-hard-sink (one set per fraction), random (baseline only),
+class:NAME (heads of that class; needs --from-run), heads:L.H,... (explicit heads). A random baseline of the
+same size (--random-draws draws) is always added. Writes OUT/ablation.parquet (one row per head set: selection,
+fraction, n_heads, heads, base_loss, loss, delta_loss, delta_sem, seed), OUT/head_scores.parquet,
+OUT/ablation.json and OUT/figures/ablation_curve.png."""
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "ablate",
+        help="zero heads or move their attention to BOS, and measure the next-token loss change",
+        description="Head ablations (issue 3): the k%% most dormant heads (lowest AHON-LN, Sandoval-Segura et "
+        "al. 2025) or most sink-like (highest hard-sink fraction), a class or a list, against random heads.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", default="smollm2-135m", help="embedded name, model dir, .gguf file or hub id")
+    parser.add_argument("--corpus", default="builtin:prose", help="corpus source (as for analyze)")
+    parser.add_argument("--seq-len", type=int, default=64, help="window length T including BOS (default 64)")
+    parser.add_argument("--max-windows", type=int, default=64, help="windows the loss is averaged over (default 64)")
+    parser.add_argument("--select", action="append", default=None,
+                        help="head selection, repeatable (default: lowest-ahon-ln and highest-hard-sink)")
+    parser.add_argument("--fractions", type=_floats, default=(0.05, 0.1, 0.2),
+                        help="fractions of all heads removed (default 0.05,0.1,0.2)")
+    parser.add_argument("--mode", choices=("zero", "bos"), default="zero",
+                        help="zero: head output 0; bos: head output v_0, all attention on BOS (default zero)")
+    parser.add_argument("--from-run", default=None, help="analyze run directory whose heads.parquet gives scores")
+    parser.add_argument("--score-windows", type=int, default=16,
+                        help="windows of the scoring pass when --from-run is not given (default 16)")
+    parser.add_argument("--random-draws", type=int, default=3, help="random baseline draws per size (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline and random corpora")
+    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
+    parser.add_argument("--bos-id", type=int, default=None, help="BOS id (default: tokenizer's BOS, else EOS)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--out", required=True, help="output directory (written atomically)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sinkscope.ablate import AblateConfig, check_out_dir, curve_summary, run_ablation, save_ablation
+    from sinkscope.analyze import check_seq_len
+    from sinkscope.corpus.windows import windows
+    from sinkscope.models.load import load_model
+
+    config = AblateConfig(
+        selections=tuple(args.select or ("lowest-ahon-ln", "highest-hard-sink")),
+        fractions=args.fractions,
+        mode=args.mode,
+        n_random=args.random_draws,
+        seed=args.seed,
+        score_windows=args.score_windows,
+        from_run=args.from_run,
+    )
+    check_out_dir(args.out, args.overwrite)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    check_seq_len(lm, args.seq_len)
+    stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
+                     batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    curve, scores, meta = run_ablation(lm, stream, config)
+    save_ablation(args.out, curve, scores, meta, overwrite=args.overwrite)
+    print(f"base loss {meta['base_loss']:.4f} nats/token over {stream.count} windows -> {args.out}/ablation.parquet")
+    for _, row in curve_summary(curve).iterrows():
+        spread = f" ± {row['delta_std']:.4f} (std over {row['draws']} draws)" if row["draws"] > 1 else ""
+        print(f"  {row['selection']:<18} {row['n_heads']:>3} heads ({row['fraction']:.3f}): "
+              f"Δloss {row['delta_loss']:+.4f}{spread}")  # fmt: skip
+    return 0

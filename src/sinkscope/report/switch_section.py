@@ -1,0 +1,188 @@
+"""The report's switch / geometry / ablation section (SPEC §3-4, issue 3 part 4), as an HTML fragment.
+
+Figures (matplotlib Agg, embedded as base64 PNG): the 2×2 switched-off × hard-sink table per layer, the sink
+margin γ1·γ2 per layer beside the BOS cosine curve, value drain and AHON-LN per head, and the ablation curves
+(loss change against the fraction of heads removed, random baseline beside each score). Panels whose columns
+a run lacks are left out with a note, so older run directories still render.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from sinkscope.report.plots import figure_png
+
+SWITCH_COUNTS = ("switch_n_off_sink", "switch_n_off_nosink", "switch_n_on_sink", "switch_n_on_nosink")
+SELECTION_COLORS = {"lowest-ahon-ln": "#2471a3", "highest-hard-sink": "#c0392b", "random": "#7f8c8d"}
+
+
+def _img(fig: Figure, caption: str) -> str:
+    data = base64.b64encode(figure_png(fig)).decode()
+    caption = html.escape(caption)
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
+
+
+def _has(frame: pd.DataFrame | None, *columns: str) -> bool:
+    return frame is not None and not frame.empty and all(c in frame.columns for c in columns)
+
+
+def switch_table(heads: pd.DataFrame) -> pd.DataFrame:
+    """Per layer: the 2×2 counts summed over heads, agreement P(hard-sink | off) and P(off | hard-sink)."""
+    table = heads.groupby("layer")[list(SWITCH_COUNTS)].sum()
+    off = table["switch_n_off_sink"] + table["switch_n_off_nosink"]
+    sink = table["switch_n_off_sink"] + table["switch_n_on_sink"]
+    table["agreement"] = table["switch_n_off_sink"] / off.where(off > 0)
+    table["off_given_sink"] = table["switch_n_off_sink"] / sink.where(sink > 0)
+    return table.reset_index()
+
+
+def switch_figure(heads: pd.DataFrame) -> Figure:
+    """Left: the 2×2 cell shares per layer (stacked); right: agreement per layer and its spread over heads."""
+    table = switch_table(heads)
+    shares = table[list(SWITCH_COUNTS)].div(table[list(SWITCH_COUNTS)].sum(1), axis=0)
+    fig = Figure(figsize=(10, 3.4))
+    left, right = fig.subplots(1, 2)
+    bottom = np.zeros(len(table))
+    labels = ("off & sink", "off & no sink", "on & sink", "on & no sink")
+    colors = ("#c0392b", "#f5b7b1", "#5dade2", "#d5d8dc")
+    for column, label, color in zip(SWITCH_COUNTS, labels, colors):
+        left.bar(table["layer"], shares[column], bottom=bottom, color=color, label=label, width=0.85)
+        bottom += shares[column].to_numpy()
+    left.set_xlabel("layer")
+    left.set_ylabel("share of (head, query) pairs")
+    left.set_title("switched off (‖oₜ‖ ≤ τ·mean‖v‖) × hard sink", fontsize=10)
+    left.legend(fontsize=7, loc="lower right")
+    if "switch_agreement" in heads.columns:
+        per_head = heads.pivot(index="layer", columns="head", values="switch_agreement")
+        right.plot(per_head.index, per_head.to_numpy(), ".", color="#aab7b8", ms=4)
+    right.plot(table["layer"], table["agreement"], "o-", color="#c0392b", label="P(hard sink | off), pooled")
+    right.plot(table["layer"], table["off_given_sink"], "s--", color="#2471a3", label="P(off | hard sink), pooled")
+    right.set_ylim(-0.03, 1.03)
+    right.set_xlabel("layer")
+    right.set_title("switch ⇔ sink agreement (dots: heads)", fontsize=10)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def geometry_figure(layers: pd.DataFrame) -> Figure:
+    """Left: γ1, γ2 and the sink margin γ1·γ2 per layer (crosses: not representable); right: BOS cosine."""
+    fig = Figure(figsize=(10, 3.4))
+    left, right = fig.subplots(1, 2)
+    margin = layers["gamma1"] * layers["gamma2"]
+    left.plot(layers["layer"], layers["gamma1"], "^-", color="#2471a3", ms=4, label="γ1 = dist(0, conv z)")
+    left.plot(layers["layer"], layers["gamma2"], "v-", color="#28b463", ms=4, label="γ2 = dist(z₀, conv z)")
+    left.plot(layers["layer"], margin, "o-", color="#c0392b", label="γ1·γ2 (best normalised margin)")
+    if "sink_representable" in layers.columns:
+        failed = layers[~layers["sink_representable"].astype(bool)]
+        left.plot(failed["layer"], np.zeros(len(failed)), "kx", ms=8, label="not representable")
+    left.set_xlabel("layer")
+    left.set_title("sink representability on unit-normalised z", fontsize=10)
+    left.legend(fontsize=7)
+    for kind, style in (("z", "-"), ("h", "--")):
+        if f"bos_cos_mean_{kind}" in layers.columns:
+            right.plot(layers["layer"], layers[f"bos_cos_mean_{kind}"], style, color="#2471a3", label=f"mean cos ({kind})")
+            right.plot(layers["layer"], layers[f"bos_cos_max_{kind}"], style, color="#c0392b", label=f"max cos ({kind})")
+        if f"bos_cos_nonpos_frac_{kind}" in layers.columns:
+            right.plot(layers["layer"], layers[f"bos_cos_nonpos_frac_{kind}"], style, color="#7d3c98",
+                       label=f"share cos ≤ 0 ({kind})")  # fmt: skip
+    right.axhline(0, color="black", lw=0.6)
+    right.set_xlabel("layer")
+    right.set_title("BOS cosine cos(x₀, xₜ), t ≥ 1", fontsize=10)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def head_grid_figure(heads: pd.DataFrame) -> Figure:
+    """Layer × head heatmaps of log10 value drain ‖v₀‖ / mean ‖vⱼ‖ and of AHON-LN (when present)."""
+    columns = [c for c in ("value_drain", "ahon_ln") if c in heads.columns]
+    fig = Figure(figsize=(4.2 * len(columns) + 0.6, 1.2 + 0.16 * heads["layer"].nunique()))
+    for ax, column in zip(np.atleast_1d(fig.subplots(1, len(columns))), columns):
+        grid = heads.pivot(index="layer", columns="head", values=column).to_numpy(dtype=float)
+        if column == "value_drain":
+            grid, title = np.log10(np.clip(grid, 1e-6, None)), "log10 value drain ‖v₀‖/mean‖vⱼ‖"
+            image = ax.imshow(grid, aspect="auto", cmap="RdBu", vmin=-2, vmax=2, interpolation="nearest")
+        else:
+            title = "AHON-LN (head output norm / layer mean)"
+            image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=2, interpolation="nearest")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        fig.colorbar(image, ax=ax, fraction=0.08)
+    fig.tight_layout()
+    return fig
+
+
+def ablation_figure(curve: pd.DataFrame) -> Figure:
+    """Loss change against the fraction of heads removed, per selection; random: mean ± std over draws."""
+    fig = Figure(figsize=(5.6, 3.6))
+    ax = fig.subplots()
+    for selection, rows in curve.groupby("selection", sort=True):
+        stats = rows.groupby("fraction")["delta_loss"].agg(["mean", "std", "size"]).reset_index()
+        color = SELECTION_COLORS.get(selection)
+        if selection == "random":
+            ax.errorbar(stats["fraction"], stats["mean"], yerr=stats["std"].fillna(0), fmt="o--", color=color,
+                        capsize=3, label=f"random (mean ± std, {int(stats['size'].max())} draws)")  # fmt: skip
+        else:
+            ax.plot(stats["fraction"], stats["mean"], "o-", color=color, label=selection)
+    mode = ", ".join(sorted(curve["mode"].unique())) if "mode" in curve.columns else ""
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xlabel("fraction of heads removed")
+    ax.set_ylabel("Δ next-token loss (nats/token)")
+    ax.set_title(f"head ablation ({mode})", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in formats)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="num">{format(row[c], f) if pd.notna(row[c]) else "–"}</td>' for c, f in formats.items())
+        + "</tr>"
+        for _, row in frame.iterrows()
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataFrame | None = None) -> str:
+    """HTML fragment (an `<h2>` section) with the switch, geometry, per-head and ablation panels."""
+    parts = ["<h2>Attention switch, sink geometry and ablations</h2>"]
+    notes = []
+    if _has(heads, "layer", "head", *SWITCH_COUNTS):
+        parts.append(_img(switch_figure(heads), "Switched-off × hard-sink per layer (SPEC §3)"))
+        table = switch_table(heads)
+        parts.append(
+            "<details><summary>2×2 counts per layer</summary>"
+            + _table(table, {"layer": "d", **dict.fromkeys(SWITCH_COUNTS, ".0f"), "agreement": ".3f",
+                             "off_given_sink": ".3f"})  # fmt: skip
+            + "</details>"
+        )
+    else:
+        notes.append("switch counts missing from heads.parquet")
+    if _has(layers, "layer", "gamma1", "gamma2"):
+        parts.append(_img(geometry_figure(layers), "Sink margin γ1·γ2 and BOS cosine per layer (SPEC §4)"))
+    else:
+        notes.append("gamma1/gamma2 missing from layers.parquet")
+    if _has(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
+        parts.append(_img(head_grid_figure(heads), "Value drain and AHON-LN per head (SPEC §3)"))
+    if _has(ablation, "selection", "fraction", "delta_loss"):
+        parts.append(_img(ablation_figure(ablation), "Loss change when heads are switched off"))
+        summary = (
+            ablation.groupby(["selection", "fraction"])
+            .agg(n_heads=("n_heads", "first"), delta_loss=("delta_loss", "mean"), delta_std=("delta_loss", "std"))
+            .reset_index()
+        )
+        parts.append(
+            _table(summary, {"selection": "s", "fraction": ".3f", "n_heads": "d", "delta_loss": "+.4f",
+                             "delta_std": ".4f"})  # fmt: skip
+        )
+    if notes:
+        parts.append(f'<p class="note">Not shown: {html.escape("; ".join(notes))}.</p>')
+    return "\n".join(parts)
