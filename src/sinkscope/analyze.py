@@ -18,7 +18,7 @@ import torch
 from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.collector import StatsCollector
 from sinkscope.capture.layer_inputs import layer_input_hooks
-from sinkscope.corpus.windows import Windows
+from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
@@ -57,7 +57,7 @@ def check_seq_len(lm: LoadedModel, seq_len: int) -> None:
 
 @torch.no_grad()
 def analyze(
-    lm: LoadedModel, windows: Windows, config: AnalyzeConfig | None = None, *, progress: bool = True
+    lm: LoadedModel, windows: Windows | TokenWindows, config: AnalyzeConfig | None = None, *, progress: bool = True
 ) -> Run:
     """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows."""
     from tqdm.auto import tqdm

@@ -49,6 +49,7 @@ class Run:
                 from sinkscope.report.html import write_report
 
                 write_report([self], staging / "report.html", figures_dir=staging / "figures")
+            staging.chmod(0o755)  # mkdtemp makes it private; a run directory is meant to be shared
             if directory.exists():
                 shutil.rmtree(directory)
             staging.rename(directory)

@@ -129,3 +129,36 @@ def windows(
 ) -> Windows:
     """BOS-prefixed windows of a corpus (SPEC §1); iterate to get `LongTensor[B, seq_len]` batches."""
     return Windows(corpus, tokenizer, seq_len, max_windows, bos_id, batch_size, seed)
+
+
+@dataclass
+class TokenWindows:
+    """Windows already tokenized: `ids` (N, T) token ids, each row starting with its BOS; same interface as
+    `Windows` (iterate for `LongTensor[B, T]` batches)."""
+
+    ids: torch.Tensor
+    batch_size: int = 8
+    source: str = "tensor"
+
+    def __post_init__(self) -> None:
+        if self.ids.dim() != 2 or self.ids.shape[1] < 2 or self.ids.shape[0] < 1:
+            raise SinkscopeError(f"token windows must have shape (N ≥ 1, T ≥ 2), got {tuple(self.ids.shape)}")
+        self.ids = self.ids.long()
+
+    @property
+    def seq_len(self) -> int:
+        return self.ids.shape[1]
+
+    @property
+    def max_windows(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def count(self) -> int:
+        return self.ids.shape[0]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        yield from self.ids.split(self.batch_size)
+
+    def identity(self) -> dict:
+        return {"source": self.source, "seq_len": self.seq_len, "windows": self.count, "bos_id": int(self.ids[0, 0])}
