@@ -26,15 +26,16 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.theory.cost_closed_forms import NORMS, PATTERNS
 
 SOLVERS = ("auto", "clarabel", "scs")
-# Largest reduced dimension r for which solver="auto" uses Clarabel (interior point, exact to ~1e-9) on the
-# nuclear-norm SDP: T ≤ 16 takes ~1 s, T = 32 takes ~8 s (SCS: ~1 s). Clarabel solves the Frobenius SOCP fast.
-CLARABEL_MAX_RANK_NUCLEAR = 17
+# Largest reduced dimension r for which solver="auto" uses Clarabel (interior point, exact to ~1e-9): at
+# T = 16 both norms take ~1 s; at T = 32 Clarabel takes 8-30 s where SCS takes 1-2 s to ~1e-8 relative.
+CLARABEL_MAX_RANK = 17
 # Largest r that solver="auto" attempts at all (T ≈ 64): the dense constraint matrix has ~T²/2 × r² entries.
 AUTO_MAX_RANK = 65
 # Singular values of W below this fraction of the largest count as zero in `CostResult.rank`; above the
-# solvers' accuracy (Clarabel ~1e-9, SCS ~1e-6 relative) and far below any singular value of an optimum seen.
+# solvers' accuracy (Clarabel ~1e-9, SCS ~1e-7 relative) and far below any singular value of an optimum seen.
 RANK_RTOL = 1e-4
-SCS_SETTINGS = {"eps_abs": 1e-8, "eps_rel": 1e-8, "max_iters": 200_000}
+# eps 1e-7 agrees with Clarabel to ~1e-7 relative; 1e-8 doubles the time on hard T = 32 problems.
+SCS_SETTINGS = {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iters": 200_000}
 
 
 class InfeasiblePatternError(SinkscopeError):
@@ -104,8 +105,8 @@ def pattern_cost(
     """Minimum-norm W_QK realising a sink or diagonal pattern with margin kappa (SPEC §6).
 
     sink: (d,) the sink candidate z_0 (BOS). contexts: (T, d) the context embeddings z_1..z_T.
-    norm: "nuclear" (the paper's cost) or "frobenius". solver: "clarabel", "scs" or "auto" (Clarabel for
-    small problems, SCS up to T ≈ 64, beyond that `ProblemTooLargeError` naming the closed form to use).
+    norm: "nuclear" (the paper's cost) or "frobenius". solver: "clarabel", "scs" or "auto" (Clarabel up to
+    T ≈ 16, SCS up to T ≈ 64, beyond that `ProblemTooLargeError` naming the closed form to use).
     Raises `InfeasiblePatternError` (with the half-space reason for sinks) when no W exists.
     """
     sink = np.asarray(sink, dtype=np.float64)
@@ -189,7 +190,7 @@ def _choose_solver(solver: str, norm: str, r: int) -> str:
             "non-causal cost kappa/(gamma1*gamma2) (noncausal_sink_cost), which is exact non-causally and an "
             "upper bound on the causal cost; or pass solver='scs' to force an approximate solve."
         )
-    if norm == "frobenius" or r <= CLARABEL_MAX_RANK_NUCLEAR:
+    if r <= CLARABEL_MAX_RANK:
         return "clarabel"
     return "scs"
 
