@@ -42,12 +42,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sinkscope.analyze import AnalyzeConfig, analyze, check_seq_len
+    from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
+    from sinkscope.errors import SinkscopeError
     from sinkscope.run import ensure_writable
 
     out = Path(args.out)
     ensure_writable(out, args.overwrite)
+    check_source(args.corpus)  # a missing corpus file fails before the model loads
+    if args.seq_len < 2:
+        raise SinkscopeError(f"--seq-len {args.seq_len} is too short: a window needs BOS plus at least 1 token")
     config = AnalyzeConfig(epsilon=args.epsilon, delta=args.delta, tau=args.tau, seed=args.seed)
     lm = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     check_seq_len(lm, args.seq_len)

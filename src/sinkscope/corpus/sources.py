@@ -49,6 +49,12 @@ def documents(source: str) -> Iterator[str]:
     return _file_documents(path)
 
 
+def check_source(source: str) -> None:
+    """Raise the clear error `documents` would, without reading the corpus."""
+    if source not in TOKEN_CONTROLS:
+        documents(source)
+
+
 def _file_documents(path: Path) -> Iterator[str]:
     if path.suffix in JSONL_SUFFIXES:
         with open(path, encoding="utf-8") as handle:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sinkscope.corpus.sources import TOKEN_CONTROLS, documents
+from sinkscope.corpus.sources import TOKEN_CONTROLS, check_source, documents
 from sinkscope.errors import SinkscopeError
 
 
@@ -50,8 +50,7 @@ class Windows:
             raise SinkscopeError(f"--batch-size {self.batch_size} must be at least 1")
         if self.bos_id is None:
             self.bos_id = default_bos_id(self.tokenizer)
-        if self.source not in TOKEN_CONTROLS:
-            documents(self.source)  # fail fast on a missing file or unknown source, before any model work
+        check_source(self.source)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         self.count = 0
