@@ -36,6 +36,7 @@ from sinkscope.theory.oversmoothing import (
     pre_norm_map,
     shared_mean_energy,
     smoothing_condition,
+    value_traces,
 )
 
 LAMBDAS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -77,8 +78,9 @@ class SmoothingCollector:
             self.maps[index] = (w_v.to(lm.device), w_o.to(lm.device))
         d, H, L = layout.d_model, layout.n_heads, len(lambdas)
         self.shift: dict[int, Tensor] = {}
-        self.x_sum = {i: torch.zeros(d, dtype=torch.float64) for i in self.layers}
-        self.xx_sum = {i: torch.zeros(d, d, dtype=torch.float64) for i in self.layers}
+        # Sums over context tokens of [x, z] (2d,) and [x, z]ᵀ[x, z] (2d, 2d), both shifted: Σ, Cov(x, z), Cov(z).
+        self.sum = {i: torch.zeros(2 * d, dtype=torch.float64) for i in self.layers}
+        self.outer_sum = {i: torch.zeros(2 * d, 2 * d, dtype=torch.float64) for i in self.layers}
         self.tokens = dict.fromkeys(self.layers, 0)
         self.curve_sum = {i: torch.zeros(H + 1, L, dtype=torch.float64) for i in self.layers}  # row H: layer
         self.reference_sum = {i: torch.zeros(2, dtype=torch.float64) for i in self.layers}  # cos X, X + attn
@@ -92,11 +94,11 @@ class SmoothingCollector:
             raise SinkscopeError(f"--seq-len {h.shape[1]} is too short for smoothing: it needs ≥ 2 context tokens")
         self.seq_len = h.shape[1]
         X, Z = h[:, 1:].float(), z[:, 1:].float()  # (B, T', d)
-        flat = X.reshape(-1, X.shape[-1])
+        flat = torch.cat([X, Z], dim=-1).reshape(-1, 2 * X.shape[-1])  # (B·T', 2d)
         shift = self.shift.setdefault(layer, flat.mean(0))
         centred = flat - shift
-        self.x_sum[layer] += centred.sum(0).double().cpu()
-        self.xx_sum[layer] += (centred.T @ centred).double().cpu()
+        self.sum[layer] += centred.sum(0).double().cpu()
+        self.outer_sum[layer] += (centred.T @ centred).double().cpu()
         self.tokens[layer] += flat.shape[0]
 
         w_v, w_o = self.maps[layer]
@@ -137,68 +139,92 @@ class SmoothingCollector:
                 handle.remove()
 
     def moments(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """Pooled context-token mean μ (d,) and covariance Σ (d, d) of h entering `layer` (float64)."""
+        """Pooled context-token mean (2d,) and covariance (2d, 2d) of `[h, z]` at `layer` (float64).
+
+        The first d entries are μ and Σ of h; the off-diagonal block is Cov(h, z), the last block Cov(z).
+        """
         n = self.tokens[layer]
         if n < 2:
             raise SinkscopeError("no context tokens were seen: run a forward pass inside `hooks()` first")
-        mean_c = self.x_sum[layer] / n
-        sigma = self.xx_sum[layer] / n - torch.outer(mean_c, mean_c)
-        return (mean_c + self.shift[layer].double().cpu()).numpy(), sigma.numpy()
+        mean_c = self.sum[layer] / n
+        cov = self.outer_sum[layer] / n - torch.outer(mean_c, mean_c)
+        return (mean_c + self.shift[layer].double().cpu()).numpy(), cov.numpy()
 
     def tables(self) -> SmoothingTables:
-        """Predicted (from μ, Σ and the weights) and observed (streamed) quantities, as three DataFrames."""
-        lambdas = self.lambdas.double().numpy()
-        kind = self.lm.family.norm
-        T_ctx = self.seq_len - 1
+        """Predicted (from the moments and the weights) and observed (streamed) quantities, as DataFrames."""
         head_rows, layer_rows, curve_rows = [], [], []
         for layer in self.layers:
-            mu, sigma = self.moments(layer)
-            gain = norm_gain(self.lm.family, self.lm.layers[layer]).double().cpu().numpy()
             w_v, w_o = (w.double().cpu().numpy() for w in self.maps[layer])
             per_head = [w_v[h] @ w_o[h] for h in range(len(w_v))]
             observed = (self.curve_sum[layer] / self.windows[layer]).numpy()
             rows = []
             for head, W in enumerate([*per_head, sum(per_head)]):
-                W_tilde = pre_norm_map(mu, sigma, W, kind, gain)
-                condition = smoothing_condition(sigma, W_tilde)
-                traces = Traces(float(np.trace(sigma)), condition.b, condition.c)
-                energy = shared_mean_energy(mu, W_tilde)
-                predicted = np.array([causal_uniform_cosine(energy, traces, lam, T_ctx) for lam in lambdas])
+                row, predicted, measured = self._predict(layer, W)
                 d_obs = float(observed[head, -1] - observed[head, 0])
-                rows.append(
-                    {
-                        "layer": layer,
-                        "head": head if head < len(per_head) else -1,
-                        "smooth_b": condition.b,
-                        "smooth_c": condition.c,
-                        "smooth_dense_more": condition.dense_smooths_more,
-                        "smooth_lambda_peak": condition.lambda_peak,
-                        "smooth_dcos_pred": float(predicted[-1] - predicted[0]),
-                        "smooth_dcos_obs": d_obs,
-                        "smooth_sign_agree": condition.dense_smooths_more == (d_obs > 0),
-                    }
-                )
-                for k, lam in enumerate(lambdas):
+                row = {"layer": layer, "head": head if head < len(per_head) else -1, **row}
+                row["smooth_dcos_obs"] = d_obs
+                row["smooth_sign_agree"] = row["smooth_dense_more"] == (d_obs > 0)
+                rows.append(row)
+                for k, lam in enumerate(self.lambdas.tolist()):
                     curve_rows.append(
-                        {"layer": layer, "head": rows[-1]["head"], "lam": float(lam),
-                         "cos_pred": float(predicted[k]), "cos_obs": float(observed[head, k])}
+                        {"layer": layer, "head": row["head"], "lam": lam, "cos_pred": predicted[k],
+                         "cos_pred_measured": measured[k], "cos_obs": float(observed[head, k])}
                     )  # fmt: skip
             head_rows.extend(rows[:-1])
-            whole = rows[-1]
+            mu, cov = self.moments(layer)
+            d = len(mu) // 2
             reference = (self.reference_sum[layer] / self.windows[layer]).numpy()
             layer_rows.append(
                 {
-                    "layer": layer,
-                    **{k: v for k, v in whole.items() if k.startswith("smooth_")},
+                    **{k: v for k, v in rows[-1].items() if k != "head"},  # the whole layer's W = Σ_h W^h
                     "smooth_frac_dense_more": float(np.mean([r["smooth_dense_more"] for r in rows[:-1]])),
                     "smooth_head_sign_agreement": float(np.mean([r["smooth_sign_agree"] for r in rows[:-1]])),
                     "smooth_cos_input": float(reference[0]),
                     "smooth_cos_real": float(reference[1]),
-                    "smooth_trace_sigma": float(np.trace(sigma)),
-                    "smooth_norm_scale": norm_scale(mu, sigma, kind),
+                    "smooth_trace_sigma": float(np.trace(cov[:d, :d])),
+                    "smooth_norm_scale": norm_scale(mu[:d], cov[:d, :d], self.lm.family.norm),
                 }
             )
         return SmoothingTables(pd.DataFrame(head_rows), pd.DataFrame(layer_rows), pd.DataFrame(curve_rows))
+
+    def _predict(self, layer: int, W: np.ndarray) -> tuple[dict, list[float], list[float]]:
+        """SPEC §5 prediction for a value-output map W (d, d) at `layer`: columns, and two predicted curves.
+
+        `smooth_b`, `smooth_c` and the curve use the SPEC's linearised pre-norm map `W̃ = P diag(g) W / s_LN`;
+        `smooth_b_measured`, `smooth_c_measured` and the second curve use the measured moments of the real
+        attention input z instead (`b = tr(W C_hz)`, `c = tr(Wᵀ Σ_z W)`), which removes the linearisation and
+        leaves only the iid-token model.
+        """
+        mu, cov = self.moments(layer)
+        d = len(mu) // 2
+        mu_x, mu_z, sigma = mu[:d], mu[d:], cov[:d, :d]
+        gain = norm_gain(self.lm.family, self.lm.layers[layer]).double().cpu().numpy()
+        W_tilde = pre_norm_map(mu_x, sigma, W, self.lm.family.norm, gain)
+        condition = smoothing_condition(sigma, W_tilde)
+        a, T_ctx = float(np.trace(sigma)), self.seq_len - 1
+        energy = shared_mean_energy(mu_x, W_tilde)
+        predicted = [
+            causal_uniform_cosine(energy, Traces(a, condition.b, condition.c), lam, T_ctx)
+            for lam in self.lambdas.tolist()
+        ]
+        b_m, c_m = value_traces(cov[:d, d:], cov[d:, d:], W)
+        mean_y = mu_x + mu_z @ W  # m_i = μ + ν, ν = μ_z W
+        measured = [
+            causal_uniform_cosine(float(mean_y @ mean_y), Traces(a, b_m, c_m), lam, T_ctx)
+            for lam in self.lambdas.tolist()
+        ]
+        row = {
+            "smooth_b": condition.b,
+            "smooth_c": condition.c,
+            "smooth_dense_more": condition.dense_smooths_more,
+            "smooth_lambda_peak": condition.lambda_peak,
+            "smooth_dcos_pred": predicted[-1] - predicted[0],
+            "smooth_b_measured": b_m,
+            "smooth_c_measured": c_m,
+            "smooth_dense_more_measured": bool(2 * b_m + c_m > 0),
+            "smooth_dcos_pred_measured": measured[-1] - measured[0],
+        }
+        return row, predicted, measured
 
 
 @torch.no_grad()

@@ -70,6 +70,10 @@ def test_traces_curves_and_reference_match_brute_force(tiny):
             assert row.smooth_b == pytest.approx(np.trace(sigma @ W_tilde), rel=1e-4, abs=1e-6)
             assert row.smooth_c == pytest.approx(np.trace(W_tilde.T @ sigma @ W_tilde), rel=1e-4)
             assert row.smooth_dense_more == (2 * row.smooth_b + row.smooth_c > 0)
+            Zc = z[:, 1:].reshape(-1, D)
+            cross = (X - mu).T @ (Zc - Zc.mean(0)) / len(X)  # E[(h-μ)ᵀ(z-μ_z)]
+            assert row.smooth_b_measured == pytest.approx(np.trace(W @ cross), rel=1e-4, abs=1e-7)
+            assert row.smooth_c_measured == pytest.approx(np.trace(W.T @ np.cov(Zc.T, bias=True) @ W), rel=1e-4)
             curve = curves[(curves.layer == index) & (curves["head"] == head)].sort_values("lam")
             for lam, cos_obs, cos_pred in zip(curve.lam, curve.cos_obs, curve.cos_pred):
                 A = th.interpolated_attention(T_ctx, lam, causal=True)

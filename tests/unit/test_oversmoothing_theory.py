@@ -80,6 +80,11 @@ def test_condition_and_peak_match_the_limit_curve(scale):
     assert condition.lambda_peak == pytest.approx(grid[np.argmax(curve)], abs=1e-4)
 
 
+def test_value_traces_with_identity_map_are_the_linear_traces():
+    _, sigma, W = random_problem()
+    assert th.value_traces(sigma, sigma, W) == pytest.approx(th.smoothing_traces(sigma, W)[1:])
+
+
 def test_beta_scales_the_value_path():
     _, sigma, W = random_problem()
     assert th.smoothing_condition(sigma, W, beta=0.3)[:2] == pytest.approx(th.smoothing_condition(sigma, 0.3 * W)[:2])

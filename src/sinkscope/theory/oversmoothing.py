@@ -279,6 +279,17 @@ def smoothing_condition(Sigma: np.ndarray, W: np.ndarray, beta: float = 1.0) -> 
     return SmoothingCondition(b=b, c=c, dense_smooths_more=bool(2 * b + c > 0), lambda_peak=peak_lambda(b, c))
 
 
+def value_traces(cross: np.ndarray, value_input_cov: np.ndarray, W: np.ndarray) -> tuple[float, float]:
+    """`b = tr(W C_xz)`, `c = tr(Wᵀ Σ_z W)` for values `v = zW` of a per-token map `z = f(x)` (SPEC §5).
+
+    `cross` = `C_xz = E[(x-μ)ᵀ(z-μ_z)]` (d, d), `value_input_cov` = `Σ_z = Cov(z)` (d, d): the `b_k`, `c_k` of
+    `second_moments_from_values` for identically distributed tokens. With `z = x` they are `tr(ΣW)`, `tr(WᵀΣW)`;
+    with `z = LN(x)` they measure the pre-norm block without linearising the norm.
+    """
+    W = np.asarray(W, float)
+    return float(np.sum(W * np.asarray(cross).T)), float(np.sum((value_input_cov @ W) * W))
+
+
 def peak_lambda(b: float, c: float) -> float:
     """The λ in [0, 1] maximising `M / (M + a + 2(1-λ)b + (1-λ)²c)` (c ≥ 0); see `SmoothingCondition`."""
     if b == 0 and c == 0:
