@@ -31,7 +31,7 @@ class GBBConfig:
     p_copy: float = 1.0
     dirichlet_alpha: float = 0.1  # rows of P ~ Dirichlet(alpha·1); ignored with bigram_text
     bigram_text: str = ""  # a text file whose character bigram is P (see `character_bigram`); "" = Dirichlet
-    length: int = 65  # L, positions s_0..s_{L-1}, BOS included
+    length: int = 33  # L, positions s_0..s_{L-1}, BOS included
     bos: bool = True  # False removes s_0 = BOS from the model's input
     seed: int = 0  # seeds the bigram matrix (not the sequences)
 

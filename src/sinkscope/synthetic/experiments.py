@@ -15,17 +15,25 @@ import pandas as pd
 from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic.train import RunConfig, train_bb
 
-WEIGHT_DECAYS = (0.0, 0.01, 0.1, 0.3, 1.0)
+WEIGHT_DECAYS = (0.0, 0.01, 0.1, 1.0)  # the default run uses 0.1
+
+# Without BOS and without absolute positions (RoPE) no position is marked, so no token can serve as a sink
+# in the first layer: the runs that ask what replaces it.
+NO_SINK_TOKEN = {"task.bos": False, "model.positional": "rope"}
 
 GRIDS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {"default": {}},
     "ablations": {
         "default": {},
         "no_bos": {"task.bos": False},
+        "rope": {"model.positional": "rope"},
+        "no_bos_rope": NO_SINK_TOKEN,
         "sink_logit": {"model.attention": "softmax_sink"},
         "relu": {"model.attention": "relu"},
         "sigmoid_gate": {"model.attention": "sigmoid_gate"},
-        **{f"wd_{wd:g}": {"train.weight_decay": wd} for wd in WEIGHT_DECAYS},
+        **{f"wd_{wd:g}": {"train.weight_decay": wd} for wd in WEIGHT_DECAYS if wd != 0.1},
+        "no_bos_rope_wd_0": {**NO_SINK_TOKEN, "train.weight_decay": 0.0},
+        "no_bos_rope_wd_1": {**NO_SINK_TOKEN, "train.weight_decay": 1.0},
     },
     "weight_decay": {f"wd_{wd:g}": {"train.weight_decay": wd} for wd in WEIGHT_DECAYS},
 }
@@ -66,10 +74,22 @@ def summary_row(name: str, summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def copy_head_timeline(run_dir: Path) -> pd.DataFrame:
+    """The copy head's curves of one run (rows = eval steps): its pattern on non-trigger queries over time."""
+    run_dir = Path(run_dir)
+    head = json.loads((run_dir / "summary.json").read_text())["copy_head"]
+    metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    rows = metrics[(metrics["layer"] == head["layer"]) & (metrics["head"] == head["head"])]
+    columns = ["step", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn", "copy_attn", "row_mass",
+               "gate_plain", "value_drain", "wqk_nuclear", "wqk_frobenius"]
+    return rows[columns].sort_values("step").reset_index(drop=True)
+
+
 def run_grid(
     grid: dict[str, dict[str, Any]], base: RunConfig, out_dir: Path, overwrite: bool = False, log: bool = True
 ) -> pd.DataFrame:
-    """Train every run of `grid` into `out_dir/<name>/` and write `out_dir/summary.parquet` (one row per run).
+    """Train every run of `grid` into `out_dir/<name>/`; write `out_dir/summary.parquet` (one row per run) and
+    `out_dir/timeline.parquet` (the copy head of every run over steps, see `copy_head_timeline`).
 
     Runs whose directory already holds a summary.json are reused unless `overwrite`, so an interrupted grid
     resumes where it stopped.
@@ -87,7 +107,9 @@ def run_grid(
             summary = train_bb(config, run_dir, overwrite=True, log=log)
         rows.append(summary_row(name, summary))
     table = pd.DataFrame(rows)
-    tmp = out_dir / ".summary.parquet.tmp"
-    table.to_parquet(tmp, index=False)
-    tmp.rename(out_dir / "summary.parquet")
+    timeline = pd.concat([copy_head_timeline(out_dir / name).assign(run=name) for name in configs])
+    for name, frame in (("summary", table), ("timeline", timeline)):
+        tmp = out_dir / f".{name}.parquet.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.rename(out_dir / f"{name}.parquet")
     return table

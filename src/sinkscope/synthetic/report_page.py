@@ -68,17 +68,18 @@ def _model_figure(metrics: pd.DataFrame, path: Path) -> None:
 
 @torch.no_grad()
 def _attention_maps(model: TinyTransformer, batch: GBBBatch, path: Path, n_positions: int = 32) -> None:
-    """Final attention of every head on the first eval sequence; copy queries marked with red ticks."""
+    """Final attention of every head on the first eval sequence; red crosses mark each copy query's source."""
     model.eval()
     _, traces = model(batch.inputs[:1, :n_positions])
     n_layers, n_heads = len(traces), traces[0].probs.shape[1]
     fig, axes = plt.subplots(n_layers, n_heads, figsize=(3.2 * n_heads, 3.0 * n_layers), squeeze=False)
-    copy_rows = torch.nonzero(batch.is_copy[0, :n_positions]).flatten().tolist()
+    copy_rows = torch.nonzero(batch.is_copy[0, :n_positions]).flatten()
+    copy_cols = batch.copy_key[0, copy_rows]
     for layer, trace in enumerate(traces):
         for head in range(n_heads):
             ax = axes[layer][head]
             ax.imshow(trace.probs[0, head].numpy(), cmap="viridis", vmin=0, vmax=1)
-            ax.set_yticks(copy_rows, ["▶"] * len(copy_rows), color="red", fontsize=6)
+            ax.scatter(copy_cols, copy_rows, marker="x", s=12, color="red", linewidths=0.8)
             ax.set_title(f"layer {layer} head {head}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
