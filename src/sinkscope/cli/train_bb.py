@@ -56,7 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-bos", action="store_true", help="remove BOS from the model's input")
     parser.add_argument("--no-mlp", action="store_true", help="attention-only blocks")
     for flag, key, kind, text in FLAGS:
-        parser.add_argument(flag, type=kind, dest=key, default=None, help=f"{text} ({key})")
+        metavar = key.split(".")[1].upper()
+        parser.add_argument(flag, type=kind, dest=key, default=None, metavar=metavar, help=f"{text} ({key})")
     parser.add_argument(
         "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
         help="any config field, value parsed as JSON when possible (repeatable)",
