@@ -44,7 +44,7 @@ def switch_table(heads: pd.DataFrame) -> pd.DataFrame:
 def switch_figure(heads: pd.DataFrame) -> Figure:
     """Left: the 2×2 cell shares per layer (stacked); right: agreement per layer and its spread over heads."""
     table = switch_table(heads)
-    shares = table[list(SWITCH_COUNTS)].div(table[list(SWITCH_COUNTS)].sum(1), axis=0)
+    shares = table[list(SWITCH_COUNTS)].div(table[list(SWITCH_COUNTS)].sum(axis=1), axis=0)
     fig = Figure(figsize=(10, 3.4))
     left, right = fig.subplots(1, 2)
     bottom = np.zeros(len(table))
@@ -141,11 +141,16 @@ def ablation_figure(curve: pd.DataFrame) -> Figure:
     return fig
 
 
+def _cell(value, spec: str) -> str:
+    if pd.isna(value):
+        return "–"
+    return str(int(value)) if spec == "d" else html.escape(format(value, spec))
+
+
 def _table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in formats)
     body = "".join(
-        "<tr>" + "".join(f'<td class="num">{format(row[c], f) if pd.notna(row[c]) else "–"}</td>' for c, f in formats.items())
-        + "</tr>"
+        "<tr>" + "".join(f'<td class="num">{_cell(row[c], f)}</td>' for c, f in formats.items()) + "</tr>"
         for _, row in frame.iterrows()
     )
     return f"<table><tr>{head}</tr>{body}</table>"
