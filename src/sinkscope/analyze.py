@@ -36,7 +36,7 @@ class AnalyzeConfig:
     epsilon: float = 0.3
     delta: float = 0.1
     tau: float = 0.1
-    geometry_cap: int = 512
+    geometry_cap: int = 256
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -82,12 +82,22 @@ def analyze(
             collector.end_batch(len(batch))
     seconds = time.perf_counter() - started
     heads, layers, positions = tabulate(collector, windows.seq_len, config.epsilon)
+    if config.geometry_cap > 0:
+        geometry_started = time.perf_counter()
+        layers = layers.merge(sink_certificates(collector, config), on="layer", how="left")
+        seconds_geometry = time.perf_counter() - geometry_started
+    else:
+        seconds_geometry = 0.0
     meta = {
         "config": asdict(config),
         "model": lm.identity,
         "corpus": windows.identity(),
         "versions": package_versions(),
-        "timings": {"analyze_seconds": seconds, "tokens_per_second": collector.windows * windows.seq_len / seconds},
+        "timings": {
+            "analyze_seconds": seconds,
+            "tokens_per_second": collector.windows * windows.seq_len / seconds,
+            "geometry_seconds": seconds_geometry,
+        },
         "summary": summary(heads, config.epsilon),
     }
     return Run(meta=meta, heads=heads, layers=layers, positions=positions)
@@ -142,6 +152,18 @@ def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[p
         }
     )
     return heads, layers, positions
+
+
+def sink_certificates(collector: StatsCollector, config: AnalyzeConfig) -> pd.DataFrame:
+    """SPEC §4 half-space certificates per layer (γ1, γ2, representability, span assumptions of SPEC §3) on the
+    collector's uniform sample of at most `geometry_cap` context attention inputs per layer."""
+    from sinkscope.theory.halfspace import layer_geometry
+
+    samples = {
+        layer: (collector.sink_inputs[layer].double().numpy(), rows.double().numpy())
+        for layer, (_, rows) in collector.samples.items()
+    }
+    return layer_geometry(samples, cap=config.geometry_cap, seed=config.seed).drop(columns=["n_contexts"])
 
 
 def summary(heads: pd.DataFrame, epsilon: float) -> dict:

@@ -28,6 +28,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--epsilon", type=float, default=0.3, help="sink-rate threshold ε (default 0.3)")
     parser.add_argument("--delta", type=float, default=0.1, help="hard-pattern threshold δ (default 0.1)")
     parser.add_argument("--tau", type=float, default=0.1, help="switch threshold τ (default 0.1)")
+    parser.add_argument("--geometry-cap", type=int, default=256,
+                        help="attention inputs sampled per layer for the half-space certificates (0: skip)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -44,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from sinkscope.analyze import AnalyzeConfig, analyze, check_seq_len
     from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
-    from sinkscope.models.load import load_model
     from sinkscope.errors import SinkscopeError
+    from sinkscope.models.load import load_model
     from sinkscope.run import ensure_writable
 
     out = Path(args.out)
@@ -53,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     check_source(args.corpus)  # a missing corpus file fails before the model loads
     if args.seq_len < 2:
         raise SinkscopeError(f"--seq-len {args.seq_len} is too short: a window needs BOS plus at least 1 token")
-    config = AnalyzeConfig(epsilon=args.epsilon, delta=args.delta, tau=args.tau, seed=args.seed)
+    config = AnalyzeConfig(
+        epsilon=args.epsilon, delta=args.delta, tau=args.tau, geometry_cap=args.geometry_cap, seed=args.seed
+    )
     lm = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     check_seq_len(lm, args.seq_len)
     stream = windows(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sinkscope.report import plots
+from sinkscope.report.switch_section import switch_section
 
 if TYPE_CHECKING:
     from sinkscope.run import Run
@@ -95,6 +96,7 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
             f"sinkscope {meta['versions'].get('sinkscope')}, transformers {meta['versions'].get('transformers')}"
         )
         body = "".join(_img(png, caption) for _, caption, png in figures)
+        body += switch_section(run.heads, run.layers, run.extra.get("ablation"))
         sections.append(f"<h2>{title}</h2><p class='note'>{details}</p>{body}")
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>sinkscope report</title>"
