@@ -46,6 +46,8 @@ def test_pattern_masses_match_loop_on_random_rows() -> None:
     probs = torch.softmax(torch.randn(b, 2, t, t).masked_fill(torch.ones(t, t).triu(1).bool(), -math.inf), -1)
     m = pattern_masses(probs, batch)
     for h in range(2):
+        prev = [probs[i, h, p, p - 1] for i in range(b) for p in range(1, t) if batch.is_plain[i, p]]
+        assert abs(float(m["prev_attn"][h]) - float(np.mean(prev))) < 1e-6  # k = 1
         bos = [probs[i, h, p, 0] for i in range(b) for p in range(t) if batch.is_plain[i, p]]
         src = [probs[i, h, p, batch.copy_key[i, p]] for i in range(b) for p in range(t) if batch.is_copy[i, p]]
         assert abs(float(m["bos_attn"][h]) - float(np.mean(bos))) < 1e-6
@@ -93,10 +95,11 @@ def test_value_drain_and_qk_norms_by_loop() -> None:
 
 
 def test_pattern_classes_and_cost_ratio() -> None:
-    assert classify_pattern(0.9, 0.05, 1.0) == "sink"
-    assert classify_pattern(0.1, 0.8, 1.0) == "diagonal"
-    assert classify_pattern(0.3, 0.3, 1.0) == "mixed"
-    assert classify_pattern(0.1, 0.1, 0.2) == "null"
+    assert classify_pattern(0.9, 0.05, 0.0, 1.0) == "sink"
+    assert classify_pattern(0.1, 0.8, 0.1, 1.0) == "diagonal"
+    assert classify_pattern(0.1, 0.1, 0.7, 1.0) == "previous"
+    assert classify_pattern(0.3, 0.3, 0.3, 1.0) == "mixed"
+    assert classify_pattern(0.1, 0.1, 0.0, 0.2) == "null"
     pred = cost_predictions(64, 3)
     n, v = 61, 64  # SPEC §7 closed forms, written out
     assert abs(pred["pred_sink_nuclear_per_kappa"] - math.sqrt(n * v / (v + 1))) < 1e-9

@@ -67,7 +67,8 @@ class GBBBatch:
     `oracle` (B, T, V) the Bayes-optimal distribution of the target given the prefix;
     `is_copy` (B, T) queries whose token is a trigger with a copy source (t-k ≥ 1);
     `copy_key` (B, T) the model position of that source (p - k), -1 elsewhere;
-    `is_plain` (B, T) queries that are neither BOS nor a trigger ("non-trigger queries").
+    `is_plain` (B, T) queries that are neither BOS nor a trigger ("non-trigger queries");
+    `copy_offset` k, so that the copy pattern's key of any query p is p - k.
     """
 
     inputs: torch.Tensor
@@ -76,6 +77,7 @@ class GBBBatch:
     is_copy: torch.Tensor
     copy_key: torch.Tensor
     is_plain: torch.Tensor
+    copy_offset: int
 
 
 def dirichlet_bigram(config: GBBConfig) -> torch.Tensor:
@@ -193,6 +195,7 @@ class GBBTask:
             is_copy=is_copy[:, first:],
             copy_key=copy_key[:, first:],
             is_plain=is_plain[:, first:],
+            copy_offset=cfg.copy_offset,
         )
 
     def unigram_loss(self, batch: GBBBatch) -> float:

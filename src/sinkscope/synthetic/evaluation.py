@@ -28,7 +28,7 @@ from sinkscope.synthetic.tiny_transformer import TinyTransformer
 METRIC_COLUMNS = (
     "step", "layer", "head",
     "loss", "bayes_loss", "excess_loss", "excess_loss_noncopy", "copy_acc", "copy_loss",
-    "bos_attn", "diag_attn", "copy_attn", "row_mass", "gate_plain", "gate_copy", "sink_logit",
+    "bos_attn", "diag_attn", "prev_attn", "copy_attn", "row_mass", "gate_plain", "gate_copy", "sink_logit",
     "sink_margin", "diag_margin", "value_drain", "bos_resid_norm", "bos_resid_ratio",
     "z_norm_sq", "wqk_nuclear", "wqk_frobenius",
 )
@@ -77,6 +77,7 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
                 "head": head,
                 "bos_attn": float(masses["bos_attn"][head]),
                 "diag_attn": float(masses["diag_attn"][head]),
+                "prev_attn": float(masses["prev_attn"][head]),
                 "copy_attn": float(masses["copy_attn"][head]),
                 "row_mass": float(row_mass[head]),
                 "gate_plain": float(gates[batch.is_plain].mean()) if gates is not None else math.nan,

@@ -80,8 +80,8 @@ def copy_head_timeline(run_dir: Path) -> pd.DataFrame:
     head = json.loads((run_dir / "summary.json").read_text())["copy_head"]
     metrics = pd.read_parquet(run_dir / "metrics.parquet")
     rows = metrics[(metrics["layer"] == head["layer"]) & (metrics["head"] == head["head"])]
-    columns = ["step", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn", "copy_attn", "row_mass",
-               "gate_plain", "value_drain", "wqk_nuclear", "wqk_frobenius"]
+    columns = ["step", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn", "prev_attn", "copy_attn",
+               "row_mass", "gate_plain", "value_drain", "wqk_nuclear", "wqk_frobenius"]
     return rows[columns].sort_values("step").reset_index(drop=True)
 
 

@@ -41,6 +41,7 @@ def pattern_masses(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tens
     """Per-head attention masses (H,) of one layer, probs (B, H, T, T).
 
     `bos_attn`: mean A[t, 0] over non-trigger queries; `diag_attn`: mean A[t, t] over non-trigger queries;
+    `prev_attn`: mean A[t, t-k] over non-trigger queries with t-k ≥ 0 (the copy pattern where no copy is due);
     `copy_attn`: mean A[t, t-k] over copy queries (triggers with a source).
     """
     b, h, t, _ = probs.shape
@@ -48,6 +49,10 @@ def pattern_masses(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tens
     diag = probs.diagonal(dim1=-2, dim2=-1)  # (B, H, T)
     key = batch.copy_key.clamp_min(0).view(b, 1, t, 1).expand(b, h, t, 1)
     to_source = probs.gather(-1, key).squeeze(-1)  # (B, H, T)
+    k = batch.copy_offset
+    offset = torch.zeros_like(diag)
+    offset[..., k:] = probs.diagonal(offset=-k, dim1=-2, dim2=-1)  # A[t, t-k] for t ≥ k
+    has_offset = batch.is_plain & (torch.arange(t) >= k)
 
     def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return x.transpose(0, 1)[:, mask].mean(-1)  # (B, H, T) with mask (B, T) -> (H,)
@@ -55,6 +60,7 @@ def pattern_masses(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tens
     return {
         "bos_attn": masked_mean(first, batch.is_plain),
         "diag_attn": masked_mean(diag, batch.is_plain),
+        "prev_attn": masked_mean(offset, has_offset),
         "copy_attn": masked_mean(to_source, batch.is_copy),
     }
 
