@@ -64,6 +64,20 @@ def causal_uniform_mix(V: Tensor) -> Tensor:
     return V.cumsum(dim=-2) / counts[:, None]
 
 
+def lambda_curve(P: Tensor, D: Tensor, lambdas: Tensor) -> Tensor:
+    """Mean pairwise cosine of `Y(λ) = P + λ D` along the token axis, for every λ: (..., T, d) → (..., L).
+
+    Equals `mean_pairwise_cosine(P + λ D)` per λ, without forming each Y: `||y_i(λ)||²` is a quadratic in λ,
+    and `Σ_i ŷ_i(λ) = Σ_i w_i(λ) p_i + λ Σ_i w_i(λ) d_i` with `w_i = 1/||y_i(λ)||` is two matrix products.
+    """
+    T = P.shape[-2]
+    pp, pd, dd = (P * P).sum(-1), (P * D).sum(-1), (D * D).sum(-1)  # (..., T)
+    lam = lambdas.to(P)[:, None]  # (L, 1)
+    weights = (pp[..., None, :] + 2 * lam * pd[..., None, :] + lam**2 * dd[..., None, :]).clamp_min(1e-30).rsqrt()
+    total = (weights @ P + (lam * weights) @ D).pow(2).sum(-1)  # (..., L): ||Σ_i ŷ_i||²
+    return (total - T) / (T * (T - 1))
+
+
 class SmoothingCollector:
     """Streaming per-layer sums for SPEC §5; feed it with `hooks()` around forward passes of `lm.base`."""
 
@@ -94,20 +108,24 @@ class SmoothingCollector:
             raise SinkscopeError(f"--seq-len {h.shape[1]} is too short for smoothing: it needs ≥ 2 context tokens")
         self.seq_len = h.shape[1]
         X, Z = h[:, 1:].float(), z[:, 1:].float()  # (B, T', d)
-        flat = torch.cat([X, Z], dim=-1).reshape(-1, 2 * X.shape[-1])  # (B·T', 2d)
+        d = X.shape[-1]
+        flat = torch.cat([X, Z], dim=-1).reshape(-1, 2 * d)  # (B·T', 2d)
         shift = self.shift.setdefault(layer, flat.mean(0))
         centred = flat - shift
         self.sum[layer] += centred.sum(0).double().cpu()
-        self.outer_sum[layer] += (centred.T @ centred).double().cpu()
+        x, z = centred[:, :d], centred[:, d:]
+        outer = self.outer_sum[layer]  # the (z, x) block is left out: it is the transpose of (x, z)
+        outer[:d, :d] += (x.T @ x).double().cpu()
+        outer[:d, d:] += (x.T @ z).double().cpu()
+        outer[d:, d:] += (z.T @ z).double().cpu()
         self.tokens[layer] += flat.shape[0]
 
         w_v, w_o = self.maps[layer]
         V = torch.einsum("btd,hde->bhte", Z, w_v) @ w_o  # (B, H, T', d): Z W_V^h W_O^h
         V = torch.cat([V, V.sum(1, keepdim=True)], dim=1)  # (B, H+1, T', d): whole layer last
-        mixed = causal_uniform_mix(V)
-        for k, lam in enumerate(self.lambdas.tolist()):
-            Y = X[:, None] + (1 - lam) * V + lam * mixed  # X + A_λ Z W
-            self.curve_sum[layer][:, k] += mean_pairwise_cosine(Y).sum(0).double().cpu()
+        # X + A_λ Z W = (X + V) + λ (U V - V)
+        curves = lambda_curve(X[:, None] + V, causal_uniform_mix(V) - V, self.lambdas)  # (B, H+1, L)
+        self.curve_sum[layer] += curves.sum(0).double().cpu()
         self.reference_sum[layer][0] += mean_pairwise_cosine(X).sum().double().cpu()
         self.windows[layer] += X.shape[0]
         self._pending[layer] = (X, Z)
@@ -147,7 +165,10 @@ class SmoothingCollector:
         if n < 2:
             raise SinkscopeError("no context tokens were seen: run a forward pass inside `hooks()` first")
         mean_c = self.sum[layer] / n
-        cov = self.outer_sum[layer] / n - torch.outer(mean_c, mean_c)
+        d = len(mean_c) // 2
+        outer = self.outer_sum[layer].clone()
+        outer[d:, :d] = outer[:d, d:].T
+        cov = outer / n - torch.outer(mean_c, mean_c)
         return (mean_c + self.shift[layer].double().cpu()).numpy(), cov.numpy()
 
     def tables(self) -> SmoothingTables:
