@@ -80,7 +80,8 @@ def geometry_figure(layers: pd.DataFrame) -> Figure:
     left.plot(layers["layer"], margin, "o-", color="#c0392b", label="γ1·γ2 (best normalised margin)")
     if "sink_representable" in layers.columns:
         failed = layers[~layers["sink_representable"].astype(bool)]
-        left.plot(failed["layer"], np.zeros(len(failed)), "kx", ms=8, label="not representable")
+        if not failed.empty:
+            left.plot(failed["layer"], np.zeros(len(failed)), "kx", ms=8, label="not representable")
     left.set_xlabel("layer")
     left.set_title("sink representability on unit-normalised z", fontsize=10)
     left.legend(fontsize=7)
