@@ -103,7 +103,7 @@ def scatter_figure(heads: pd.DataFrame) -> Figure:
     columns = [("smooth_dcos_pred", "predicted Δcos (linearised norm, W̃)")]
     if "smooth_dcos_pred_measured" in heads.columns:
         columns.append(("smooth_dcos_pred_measured", "predicted Δcos (measured z moments)"))
-    fig = Figure(figsize=(5 * len(columns), 4))
+    fig = Figure(figsize=(5 * len(columns), 4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(columns)))
     for ax, (column, label) in zip(axes, columns):
         points = ax.scatter(heads[column], heads["smooth_dcos_obs"], c=heads["layer"], cmap="viridis", s=12)
