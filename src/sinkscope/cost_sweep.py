@@ -282,6 +282,9 @@ def run_cost_sweep(
             config=asdict(config), versions=_package_versions(), seconds=time.perf_counter() - start,
             rows=len(frame), statuses=frame["status"].value_counts().to_dict(),
         )
+        if "model" in config.families:  # SPEC §8: model identity (file sha256) and corpus identity
+            record["model"] = _load_model_cached(config.model).identity
+            record["corpus"] = dict(source=config.corpus, windows=config.seeds, seq_lens=[T + 1 for T in config.Ts])
         (staging / "run.json").write_text(json.dumps(record, indent=2, default=str))
         if out.exists():
             shutil.rmtree(out)

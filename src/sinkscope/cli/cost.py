@@ -63,7 +63,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--rho", type=float, default=0.5, help="shared-mean strength for shared_mean/anti_aligned")
     parser.add_argument("--rank", type=int, default=4, help="rank r of the low_rank family (default 4)")
     parser.add_argument("--solver", choices=("auto", "clarabel", "scs"), default="auto",
-                        help="auto: Clarabel up to T=16 (nuclear), SCS up to T=64, else an error naming a closed form")
+                        help="auto: Clarabel up to T=16, SCS up to T=64, beyond: an error naming the closed form")
     parser.add_argument("--model", default=None, help="embedded name, hub id, local dir or .gguf (family model)")
     parser.add_argument("--layer", type=_ints, default=None, help="layers of --model (default every layer)")
     parser.add_argument("--corpus", default="builtin:prose", help="windows for --model (default builtin:prose)")
