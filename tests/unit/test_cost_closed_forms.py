@@ -40,14 +40,22 @@ def test_orthonormal_closed_form_values_by_hand():
     assert cf.orthonormal_frobenius(3) == pytest.approx(math.sqrt(4 - 25 / 12))
 
 
+@pytest.mark.parametrize("T", [6, 24])
 @pytest.mark.parametrize("pattern", ["sink", "diagonal"])
-def test_orthonormal_closed_forms_match_scs_beyond_clarabel_range(pattern):
-    T = 24
-    Z = random_orthonormal(T + 1, T + 1, seed=1)
-    result = pattern_cost(Z[0], Z[1:], pattern, "nuclear")
-    assert result.solver == "scs"
-    assert result.value == pytest.approx(cf.orthonormal_cost(T, pattern, "nuclear"), rel=1e-4)
-    assert result.rank == (1 if pattern == "sink" else T)
+@pytest.mark.parametrize("norm", ["nuclear", "frobenius"])
+def test_orthonormal_closed_forms_match_scs(T, pattern, norm):
+    Z = random_orthonormal(T + 1, T + 1, seed=T)
+    result = pattern_cost(Z[0], Z[1:], pattern, norm, solver="scs" if T < 17 else "auto")
+    assert result.solver == "scs"  # T = 24 is beyond auto's Clarabel range
+    assert result.value == pytest.approx(cf.orthonormal_cost(T, pattern, norm), rel=1e-4)
+    if norm == "nuclear":
+        assert result.rank == (1 if pattern == "sink" else T)
+
+
+@pytest.mark.parametrize("pattern", ["sink", "diagonal"])
+def test_gbb_closed_forms_match_scs(pattern):
+    result = gbb_pattern_cost(12, 3, pattern, "nuclear", solver="scs")
+    assert result.value == pytest.approx(cf.gbb_cost(12, 3, pattern, "nuclear"), rel=1e-4)
 
 
 @pytest.mark.parametrize("V,K", [(5, 2), (8, 3)])
