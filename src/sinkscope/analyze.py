@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 import platform
+import shutil
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ import torch
 from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.collector import StatsCollector
 from sinkscope.capture.layer_inputs import layer_input_hooks
+from sinkscope.checkpoint import load_checkpoint, save_checkpoint
 from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
@@ -57,50 +60,87 @@ def check_seq_len(lm: LoadedModel, seq_len: int) -> None:
 
 @torch.no_grad()
 def analyze(
-    lm: LoadedModel, windows: Windows | TokenWindows, config: AnalyzeConfig | None = None, *, progress: bool = True
+    lm: LoadedModel,
+    windows: Windows | TokenWindows,
+    config: AnalyzeConfig | None = None,
+    *,
+    progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
 ) -> Run:
-    """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows."""
+    """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows.
+
+    Under `torch.distributed` (e.g. `torchrun`), each rank analyses its shard of the windows (set
+    `windows.shard`) and the accumulators are all-reduced, so every rank returns the result of the whole corpus.
+    With `checkpoint_dir` and `checkpoint_every` N, the streaming state is saved every N windows (per rank);
+    `resume` continues from it. The checkpoint directory is removed once the run completes.
+    """
     from tqdm.auto import tqdm
 
     config = config or AnalyzeConfig()
     check_seq_len(lm, windows.seq_len)
+    rank, world = distributed_shard()
     layout, blocks = lm.layout, lm.layers
     collector = StatsCollector(
         len(blocks), layout.n_heads, layout.group, windows.seq_len, config.delta, config.tau,
         config.geometry_cap, config.seed,
     )  # fmt: skip
     collector.dtype_name = lm.identity.get("dtype", "float32")
+    collector.shard = (rank, world)
+    fingerprint = {"config": asdict(config), "model": lm.identity, "corpus": windows.identity(), "world": world}
+    fingerprint["corpus"].pop("windows", None)
+    if resume and checkpoint_dir is not None:
+        windows.skip = load_checkpoint(collector, Path(checkpoint_dir), rank, fingerprint)
     attention = {index: attention_module(lm.family, block) for index, block in enumerate(blocks)}
-    total = None if windows.max_windows is None else math.ceil(windows.max_windows / windows.batch_size)
+    total = None if windows.max_windows is None else math.ceil(windows.max_windows / world / windows.batch_size)
     started = time.perf_counter()
+    analysed = 0
     with (
         layer_input_hooks(lm, collector.on_layer_input),
         watch_attention(lm.model, attention, collector.on_block, collector.on_values),
     ):
-        for batch in tqdm(windows, total=total, desc="analyze", unit="batch", disable=not progress):
+        bar = tqdm(windows, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
+        for batch in bar:
             lm.base(input_ids=batch.to(lm.device), use_cache=False)
             collector.end_batch(len(batch))
+            analysed += len(batch)
+            if checkpoint_dir is not None and checkpoint_every and analysed % checkpoint_every < len(batch):
+                save_checkpoint(collector, Path(checkpoint_dir), rank, fingerprint)
     seconds = time.perf_counter() - started
+    if world > 1:
+        collector.all_reduce()
     heads, layers, positions = tabulate(collector, windows.seq_len, config.epsilon)
+    geometry_started = time.perf_counter()
     if config.geometry_cap > 0:
-        geometry_started = time.perf_counter()
         layers = layers.merge(sink_certificates(collector, config), on="layer", how="left")
-        seconds_geometry = time.perf_counter() - geometry_started
-    else:
-        seconds_geometry = 0.0
+    corpus = windows.identity() | {"windows": collector.windows}
     meta = {
         "config": asdict(config),
         "model": lm.identity,
-        "corpus": windows.identity(),
+        "corpus": corpus,
         "versions": package_versions(),
         "timings": {
             "analyze_seconds": seconds,
-            "tokens_per_second": collector.windows * windows.seq_len / seconds,
-            "geometry_seconds": seconds_geometry,
+            "tokens_per_second": analysed * world * windows.seq_len / seconds,
+            "geometry_seconds": time.perf_counter() - geometry_started,
+            "world_size": world,
         },
         "summary": summary(heads, config.epsilon),
     }
+    if checkpoint_dir is not None and Path(checkpoint_dir).is_dir():
+        if world > 1:
+            torch.distributed.barrier()
+        if rank == 0:
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return Run(meta=meta, heads=heads, layers=layers, positions=positions)
+
+
+def distributed_shard() -> tuple[int, int]:
+    """(rank, world size) of the running `torch.distributed` group, (0, 1) without one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
 
 
 def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[pd.DataFrame, ...]:

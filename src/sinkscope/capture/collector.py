@@ -27,7 +27,7 @@ class StatsCollector:
 
     `delta` is the hard-pattern threshold, `tau` the switch threshold, `sample_cap` the number of context
     attention inputs kept per layer (a uniform sample without replacement over all windows, by random
-    priorities, for the half-space certificates of SPEC §4).
+    priorities seeded by `seed` and the window index, for the half-space certificates of SPEC §4).
     """
 
     def __init__(
@@ -47,11 +47,11 @@ class StatsCollector:
         shapes |= {f"{kind}_{name}": (L,) for kind in "hz" for name in GEOMETRY_SUMS}
         self.acc = Accumulator(shapes, maxima=frozenset({"h_cos_max", "z_cos_max"}))
         self.group, self.seq_len, self.delta, self.tau = group, seq_len, delta, tau
-        self.sample_cap = sample_cap
-        self.generator = torch.Generator().manual_seed(seed)
+        self.sample_cap, self.seed = sample_cap, seed
         self.samples: dict[int, tuple[Tensor, Tensor]] = {}  # layer -> (priorities (n,), unit z rows (n, d))
         self.sink_inputs: dict[int, Tensor] = {}  # layer -> z_0 (d,), identical in every window
         self.dtype_name = "float32"
+        self.shard = (0, 1)  # (rank, world): window i of this shard is window rank + world·i of the corpus
         self._value_norms: dict[int, Tensor] = {}
 
     @property
@@ -66,12 +66,15 @@ class StatsCollector:
 
     def on_block(self, layer: int, start: int, probs: Tensor, entropy: Tensor, out: Tensor) -> None:
         """One block of queries of one layer: probs (B, H, Q, K), entropy (B, H, Q), out (B, H, Q, Dv)."""
-        if not torch.isfinite(entropy).all():
-            bad = (~torch.isfinite(entropy)).flatten(1).any(1).nonzero().flatten().tolist()
-            first = self.windows + bad[0]
+        finite = torch.isfinite(entropy).flatten(1).all(1) & torch.isfinite(out).flatten(1).all(1)  # (B,)
+        if not finite.all():
+            bad = (~finite).nonzero().flatten().tolist()
+            rank, world = self.shard
+            first = rank + world * (self.windows + bad[0])
+            hint = "check the model's weights" if self.dtype_name == "float32" else "rerun with --dtype float32"
             raise SinkscopeError(
-                f"window {first} gave non-finite attention in layer {layer} (overflow in {self.dtype_name}?); "
-                "rerun with --dtype float32"
+                f"window {first} gave non-finite attention in layer {layer} (NaN or overflow in "
+                f"{self.dtype_name}); {hint}"
             )
         sums, hard_sink, hard_diag = pattern_block_sums(probs, start, self.delta, entropy)
         keys = sums.pop("keys")
@@ -96,7 +99,14 @@ class StatsCollector:
             self.sink_inputs[layer] = z[0, 0].detach().float().cpu()
         rows = z[:, 1:].detach().float().reshape(-1, z.shape[-1]).cpu()
         rows = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        priorities = torch.rand(rows.shape[0], generator=self.generator)
+        # A token's priority depends only on the seed and its window's index in the corpus, so the sample is
+        # the same however windows are sharded across ranks or split by a resume.
+        rank, world = self.shard
+        priorities = torch.cat([
+            torch.rand(z.shape[1] - 1, generator=torch.Generator().manual_seed(
+                self.seed * 1_000_003 + rank + world * (self.windows + b)))
+            for b in range(z.shape[0])
+        ])  # fmt: skip
         if layer in self.samples:
             old_priorities, old_rows = self.samples[layer]
             priorities, rows = torch.cat([old_priorities, priorities]), torch.cat([old_rows, rows])
@@ -108,3 +118,41 @@ class StatsCollector:
     def end_batch(self, batch_size: int) -> None:
         self.acc.tensors["windows"] += batch_size
         self._value_norms.clear()
+
+    def state(self) -> dict[str, Tensor]:
+        """Everything needed to continue exactly where this collector stands (for checkpoints)."""
+        state = {f"acc.{name}": tensor for name, tensor in self.acc.tensors.items()}
+        for layer, (priorities, rows) in self.samples.items():
+            state[f"sample_priorities.{layer}"], state[f"sample_rows.{layer}"] = priorities, rows
+        state |= {f"sink_input.{layer}": z0 for layer, z0 in self.sink_inputs.items()}
+        return state
+
+    def load_state(self, state: dict[str, Tensor]) -> None:
+        """Restore a `state()` (same model, T and thresholds)."""
+        for name, tensor in self.acc.tensors.items():
+            tensor.copy_(state[f"acc.{name}"])
+        self.samples = {
+            int(key.split(".")[1]): (value, state[f"sample_rows.{key.split('.')[1]}"])
+            for key, value in state.items()
+            if key.startswith("sample_priorities.")
+        }
+        self.sink_inputs = {int(k.split(".")[1]): v for k, v in state.items() if k.startswith("sink_input.")}
+
+    def all_reduce(self) -> None:
+        """Combine the collectors of every `torch.distributed` rank: sums add, maxima max, and the attention-input
+        samples merge by keeping the smallest priorities (still a uniform sample of all windows)."""
+        import torch.distributed as dist
+
+        self.acc.all_reduce()
+        gathered: list[tuple[dict, dict]] = [({}, {})] * dist.get_world_size()
+        dist.all_gather_object(gathered, (self.samples, self.sink_inputs))
+        merged: dict[int, tuple[Tensor, Tensor]] = {}
+        for samples, sink_inputs in gathered:
+            for layer, (priorities, rows) in samples.items():
+                if layer in merged:
+                    priorities, rows = torch.cat([merged[layer][0], priorities]), torch.cat([merged[layer][1], rows])
+                keep = priorities.topk(min(self.sample_cap, len(priorities)), largest=False).indices
+                merged[layer] = (priorities[keep], rows[keep])
+            for layer, z0 in sink_inputs.items():
+                self.sink_inputs.setdefault(layer, z0)
+        self.samples = merged

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EXAMPLE = """examples:
   sinkscope analyze --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 256 --out runs/x
   sinkscope analyze --model ./some/hf/dir --corpus data.jsonl --seq-len 512 --max-windows 100 --out runs/y
+  torchrun --nproc-per-node 2 -m sinkscope.cli.main analyze --model smollm2-135m --out runs/z  # data parallel
 corpora: a .txt file (blank-line separated documents), a .jsonl file (text field), a directory of those,
   hf:NAME[:config][:split] (online), builtin:code, builtin:prose, builtin:random, builtin:repeat"""
 
@@ -35,9 +37,26 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--seed", type=int, default=0, help="seed for random corpora and samples")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="save the streaming state every N windows next to --out (default: never)")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
+
+
+def init_distributed(device: str) -> tuple[int, int]:
+    """Join the process group that `torchrun` describes (gloo on CPU, nccl on GPU); (0, 1) when run alone."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        import torch
+
+        dist.init_process_group("nccl" if device != "cpu" and torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     ensure_writable(out, args.overwrite)
+    rank, world = init_distributed(args.device)
+    if world > 1 and args.device != "cpu":
+        args.device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"  # one GPU per process
     check_source(args.corpus)  # a missing corpus file fails before the model loads
     if args.seq_len < 2:
         raise SinkscopeError(f"--seq-len {args.seq_len} is too short: a window needs BOS plus at least 1 token")
@@ -64,7 +86,13 @@ def run(args: argparse.Namespace) -> int:
         args.corpus, lm.tokenizer, args.seq_len, args.max_windows,
         bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
     )  # fmt: skip
-    result = analyze(lm, stream, config, progress=not args.quiet)
+    stream.shard = rank, world
+    result = analyze(
+        lm, stream, config, progress=not args.quiet, checkpoint_dir=out.with_name(f".{out.name}.checkpoint"),
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+    )  # fmt: skip
+    if rank != 0:
+        return 0
     result.save(out, overwrite=args.overwrite)
     summary = result.meta["summary"]
     print(

@@ -28,8 +28,10 @@ def default_bos_id(tokenizer) -> int:
 class Windows:
     """A re-iterable stream of BOS-prefixed windows of `seq_len` token ids.
 
-    Iterating yields `LongTensor[B, seq_len]` batches; `count` is the number of windows the last complete
-    iteration produced (the stream is lazy, so it is known only afterwards).
+    Iterating yields `LongTensor[B, seq_len]` batches; `count` is the number of windows of the corpus the last
+    complete iteration went through (the stream is lazy, so it is known only afterwards). For data parallelism,
+    `shard = (rank, world)` yields only windows whose index is `rank` modulo `world`; to resume, `skip` drops
+    the first `skip` windows of this shard (they were analysed before).
     """
 
     source: str
@@ -39,6 +41,8 @@ class Windows:
     bos_id: int | None = None
     batch_size: int = 8
     seed: int = 0
+    shard: tuple[int, int] = (0, 1)
+    skip: int = 0
     count: int = 0
 
     def __post_init__(self) -> None:
@@ -54,10 +58,16 @@ class Windows:
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         self.count = 0
+        rank, world = self.shard
+        mine = 0
         batch: list[torch.Tensor] = []
         for window in self._windows():
-            batch.append(window)
+            index = self.count
             self.count += 1
+            if index % world == rank:
+                mine += 1
+                if mine > self.skip:
+                    batch.append(window)
             if len(batch) == self.batch_size:
                 yield torch.stack(batch)
                 batch = []
@@ -138,6 +148,8 @@ class TokenWindows:
     ids: torch.Tensor
     batch_size: int = 8
     source: str = "tensor"
+    shard: tuple[int, int] = (0, 1)
+    skip: int = 0
 
     def __post_init__(self) -> None:
         if self.ids.dim() != 2 or self.ids.shape[1] < 2 or self.ids.shape[0] < 1:
@@ -157,7 +169,8 @@ class TokenWindows:
         return self.ids.shape[0]
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        yield from self.ids.split(self.batch_size)
+        rank, world = self.shard
+        yield from self.ids[rank::world][self.skip :].split(self.batch_size)
 
     def identity(self) -> dict:
         return {"source": self.source, "seq_len": self.seq_len, "windows": self.count, "bos_id": int(self.ids[0, 0])}
