@@ -383,6 +383,17 @@ class AblateConfig:
             raise SinkscopeError(f"--mode {self.mode!r} is not one of {', '.join(MODES)}")
         if not self.selections:
             raise SinkscopeError("--select needs at least one selection")
+        for selection in self.selections:
+            kind, _, value = selection.partition(":")
+            if kind == "heads":
+                parse_heads(value)
+            elif kind == "class" and self.from_run is None:
+                raise SinkscopeError(f"--select {selection} needs head classes from an analyze run: pass --from-run")
+            elif selection not in (*SCORE_SELECTIONS, "random") and kind != "class":
+                raise SinkscopeError(
+                    f"--select {selection!r} is not one of {', '.join(SCORE_SELECTIONS)}, random, class:NAME, "
+                    "heads:L.H,..."
+                )
         for fraction in self.fractions:
             count_for_fraction(1, fraction)  # validates the range
         if self.n_random < 1:

@@ -187,3 +187,31 @@ def test_ablation_curve_has_random_baseline():
     assert sorted(curve["selection"].unique()) == ["highest-hard-sink", "lowest-ahon-ln", "random"]
     assert list(curve.groupby("fraction")["n_heads"].max()) == [1, 6]
     assert (curve[curve.selection == "random"].groupby("fraction").size() == 2).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"selections": ("bogus",)}, "is not one of"),
+        ({"selections": ("class:sink",)}, "--from-run"),
+        ({"selections": ("heads:1-2",)}, "LAYER.HEAD"),
+        ({"fractions": (0.0,)}, "must be in"),
+        ({"mode": "mean"}, "--mode"),
+        ({"n_random": 0}, "baseline"),
+    ],
+)
+def test_config_rejects_bad_input_before_model_work(kwargs, message):
+    from sinkscope.ablate import AblateConfig
+
+    with pytest.raises(SinkscopeError, match=message):
+        AblateConfig(**kwargs)
+
+
+def test_scores_from_run_reads_heads_parquet(tmp_path):
+    from sinkscope.ablate import scores_from_run
+
+    with pytest.raises(SinkscopeError, match="no heads.parquet"):
+        scores_from_run(tmp_path)
+    frame = pd.DataFrame({"layer": [0, 1], "head": [0, 0], "ahon_ln": [0.5, 1.5], "head_class": ["sink", "dense"]})
+    frame.to_parquet(tmp_path / "heads.parquet")
+    pd.testing.assert_frame_equal(scores_from_run(tmp_path), frame)
