@@ -134,3 +134,14 @@ def test_layer_geometry_normalises_and_subsamples():
     assert row["context_rank"] == 6 and row["sink_span_distance"] == pytest.approx(0.0, abs=1e-9)
     assert not frame.set_index("layer").loc[0, "h1"]  # ±contexts: 0 is in the hull
     assert list(layer_geometry({0: (sink, scaled)}, cap=10)["n_contexts"]) == [10]
+
+
+def test_nonpositive_bos_cosine_implies_h2():
+    # SPEC §4 corollary: cos(z_0, z_j) ≤ 0 for all j ⇒ z_0·(z_0 - z_j) ≥ |z_0|² > 0, so (H2) holds, γ2 ≥ |z_0|.
+    rng = np.random.default_rng(4)
+    sink = rng.normal(size=12)
+    contexts = rng.normal(size=(50, 12))
+    contexts -= np.maximum(contexts @ sink, 0)[:, None] * sink / (sink @ sink)  # project onto cos ≤ 0
+    assert (contexts @ sink <= 1e-12).all()
+    geometry = sink_geometry(contexts, sink)
+    assert geometry.h2 and geometry.gamma2 >= np.linalg.norm(sink) - 1e-7
