@@ -118,7 +118,9 @@ def hull_weights_l1(points: np.ndarray, target: np.ndarray) -> tuple[np.ndarray,
     return weights, float(np.abs(weights @ points - target).sum())
 
 
-def _hull_condition(points: np.ndarray, target: np.ndarray) -> tuple[bool, float, np.ndarray, np.ndarray | None]:
+def _hull_condition(
+    points: np.ndarray, target: np.ndarray
+) -> tuple[bool, float, np.ndarray | None, np.ndarray | None]:
     """Whether `target ∉ conv(points)`: `(holds, distance, unit direction or weights)` per the module docstring.
 
     Returns `(holds, gamma, direction (d,) | None-if-fails, weights (T,) | None-if-holds)`; the direction `r̂`
