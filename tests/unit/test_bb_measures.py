@@ -15,6 +15,7 @@ from sinkscope.synthetic.measures import (
     pattern_margins,
     pattern_masses,
     qk_norms,
+    row_entropy,
     value_drain,
 )
 from sinkscope.synthetic.summary import classify_pattern, cost_predictions
@@ -104,3 +105,17 @@ def test_pattern_classes_and_cost_ratio() -> None:
     n, v = 61, 64  # SPEC §7 closed forms, written out
     assert abs(pred["pred_sink_nuclear_per_kappa"] - math.sqrt(n * v / (v + 1))) < 1e-9
     assert abs(pred["pred_diag_nuclear_per_kappa"] - (n - 1 + math.sqrt(1 - n / (v + 1)))) < 1e-9
+
+
+def test_row_entropy_of_one_hot_uniform_and_loop() -> None:
+    batch = small_batch()
+    b, t = batch.inputs.shape
+    causal = torch.ones(t, t).tril()
+    uniform = (causal / causal.sum(-1, keepdim=True)).expand(b, 1, t, t)
+    one_hot = torch.eye(t).expand(b, 1, t, t)
+    probs = torch.softmax(torch.randn(b, 1, t, t).masked_fill(causal == 0, -math.inf), -1) * 0.5  # rows sum 0.5
+    ent = row_entropy(torch.cat([uniform, one_hot, probs], dim=1), batch.is_plain)
+    assert abs(float(ent[0]) - 1.0) < 1e-5 and abs(float(ent[1])) < 1e-5
+    loop = [stats.entropy(probs[i, 0, p, : p + 1].numpy()) / math.log(p + 1)
+            for i in range(b) for p in range(1, t) if batch.is_plain[i, p]]
+    assert abs(float(ent[2]) - float(np.mean(loop))) < 1e-5

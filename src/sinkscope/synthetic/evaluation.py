@@ -20,6 +20,7 @@ from sinkscope.synthetic.measures import (
     pattern_margins,
     pattern_masses,
     qk_norms,
+    row_entropy,
     value_drain,
 )
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
@@ -28,7 +29,7 @@ from sinkscope.synthetic.tiny_transformer import TinyTransformer
 METRIC_COLUMNS = (
     "step", "layer", "head",
     "loss", "bayes_loss", "excess_loss", "excess_loss_noncopy", "copy_acc", "copy_loss",
-    "bos_attn", "diag_attn", "prev_attn", "copy_attn", "row_mass", "gate_plain", "gate_copy", "sink_logit",
+    "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "gate_copy", "sink_logit",
     "sink_margin", "diag_margin", "value_drain", "bos_resid_norm", "bos_resid_ratio",
     "z_norm_sq", "wqk_nuclear", "wqk_frobenius",
 )
@@ -63,6 +64,7 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
     for layer, (block, trace) in enumerate(zip(model.blocks, traces)):
         masses = pattern_masses(trace.probs, batch)
         margins = pattern_margins(trace.probs, batch)
+        entropy = row_entropy(trace.probs, batch.is_plain)
         drain = value_drain(trace.values)
         nuclear, frobenius = qk_norms(block.attn.w_qk())
         bos_norm, bos_ratio = first_token_norm(trace.resid)
@@ -79,6 +81,7 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
                 "diag_attn": float(masses["diag_attn"][head]),
                 "prev_attn": float(masses["prev_attn"][head]),
                 "copy_attn": float(masses["copy_attn"][head]),
+                "entropy": float(entropy[head]),
                 "row_mass": float(row_mass[head]),
                 "gate_plain": float(gates[batch.is_plain].mean()) if gates is not None else math.nan,
                 "gate_copy": float(gates[batch.is_copy].mean()) if gates is not None else math.nan,

@@ -65,6 +65,20 @@ def pattern_masses(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tens
     }
 
 
+def row_entropy(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """SPEC §2 entropy per head (H,): mean over masked queries t ≥ 1 of `H(A[t, :t+1]) / log(t+1)`.
+
+    probs (B, H, T, T), mask (B, T). Rows that do not sum to 1 (sink logit, ReLU) are renormalised first;
+    0 = one-hot, 1 = uniform over the visible keys.
+    """
+    t = probs.shape[-1]
+    p = probs / probs.sum(-1, keepdim=True).clamp_min(_TINY)
+    ent = -(p * p.clamp_min(_TINY).log()).sum(-1)  # (B, H, T)
+    scale = torch.log(torch.arange(1, t + 1, dtype=probs.dtype)).clamp_min(_TINY)  # log(t+1); t = 0 masked
+    keep = mask & (torch.arange(t) >= 1)
+    return (ent / scale).transpose(0, 1)[:, keep].mean(-1)
+
+
 def pattern_margins(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tensor]:
     """Median observed margins κ (H,) over non-trigger queries t ≥ 1, from softmax weights (B, H, T, T).
 

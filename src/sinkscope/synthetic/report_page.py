@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # (file stem, title, [(column, label)]) for the per-head curves; one line per head and column.
 HEAD_CURVES = (
     ("patterns", "Attention on non-trigger queries (BOS, diagonal, t−k) and after triggers (copy: t−k)",
-     [("bos_attn", "BOS"), ("diag_attn", "diag"), ("prev_attn", "t−k"), ("copy_attn", "copy")]),
+     [("bos_attn", "BOS"), ("diag_attn", "diag"), ("prev_attn", "t−k"), ("copy_attn", "copy"),
+      ("entropy", "entropy")]),
     ("switch", "Row mass and output gate on non-trigger queries",
      [("row_mass", "row mass"), ("gate_plain", "gate (non-trigger)"), ("gate_copy", "gate (copy)")]),
     ("drain", "Value drain ‖v₀‖/mean‖v_j‖ and BOS residual norm ratio",
