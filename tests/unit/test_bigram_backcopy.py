@@ -132,6 +132,15 @@ def test_character_bigram_orders_ids_by_frequency() -> None:
         character_bigram("ab", 3)
 
 
+def test_task_reads_its_bigram_from_a_text_file(tmp_path) -> None:
+    text = "the cat sat on the mat; a bat ate the rat.\n" * 20
+    (tmp_path / "t.txt").write_text(text)
+    task = GBBTask.from_config(GBBConfig(vocab_size=6, n_triggers=1, bigram_text=str(tmp_path / "t.txt")))
+    torch.testing.assert_close(task.bigram, character_bigram(text, 6)[0])
+    with pytest.raises(SinkscopeError, match="not a file"):
+        GBBTask.from_config(GBBConfig(bigram_text=str(tmp_path / "missing.txt")))
+
+
 @pytest.mark.parametrize(
     "bad", [{"n_triggers": 0}, {"copy_offset": 0}, {"p_copy": 1.5}, {"length": 3}, {"dirichlet_alpha": 0.0}]
 )

@@ -69,13 +69,14 @@ def _model_figure(metrics: pd.DataFrame, path: Path) -> None:
 
 @torch.no_grad()
 def _attention_maps(model: TinyTransformer, batch: GBBBatch, path: Path, n_positions: int = 32) -> None:
-    """Final attention of every head on the first eval sequence; red crosses mark each copy query's source."""
+    """Final attention of every head on the eval sequence with the most copies; red crosses mark the sources."""
     model.eval()
-    _, traces = model(batch.inputs[:1, :n_positions])
+    seq = int(batch.is_copy[:, :n_positions].sum(1).argmax())
+    _, traces = model(batch.inputs[seq:seq + 1, :n_positions])
     n_layers, n_heads = len(traces), traces[0].probs.shape[1]
     fig, axes = plt.subplots(n_layers, n_heads, figsize=(3.2 * n_heads, 3.0 * n_layers), squeeze=False)
-    copy_rows = torch.nonzero(batch.is_copy[0, :n_positions]).flatten()
-    copy_cols = batch.copy_key[0, copy_rows]
+    copy_rows = torch.nonzero(batch.is_copy[seq, :n_positions]).flatten()
+    copy_cols = batch.copy_key[seq, copy_rows]
     for layer, trace in enumerate(traces):
         for head in range(n_heads):
             ax = axes[layer][head]
