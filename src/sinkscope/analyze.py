@@ -84,7 +84,7 @@ def analyze(
     layout, blocks = lm.layout, lm.layers
     collector = StatsCollector(
         len(blocks), layout.n_heads, layout.group, windows.seq_len, config.delta, config.tau,
-        config.geometry_cap, config.seed,
+        config.geometry_cap, config.seed, lm.device,
     )  # fmt: skip
     collector.dtype_name = lm.identity.get("dtype", "float32")
     collector.shard = (rank, world)
@@ -145,7 +145,8 @@ def distributed_shard() -> tuple[int, int]:
 
 def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[pd.DataFrame, ...]:
     """The SPEC §8 tables from a collector's sums, after checking the captured patterns were causal softmax."""
-    sums, W, T = collector.acc.tensors, collector.windows, seq_len
+    sums = {name: tensor.cpu() for name, tensor in collector.acc.tensors.items()}
+    W, T = collector.windows, seq_len
     if W == 0:
         raise SinkscopeError("no window was analysed")
     row_error = (sums["row_total"] / (W * T) - 1).abs().max().item()

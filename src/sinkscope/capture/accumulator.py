@@ -16,10 +16,15 @@ from torch import Tensor
 class Accumulator:
     """A dict of float64 tensors; names in `maxima` merge by elementwise max, the rest by sum."""
 
-    def __init__(self, shapes: dict[str, tuple[int, ...]], maxima: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        shapes: dict[str, tuple[int, ...]],
+        maxima: frozenset[str] = frozenset(),
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.maxima = maxima
         self.tensors: dict[str, Tensor] = {
-            name: torch.full(shape, -torch.inf if name in maxima else 0.0, dtype=torch.float64)
+            name: torch.full(shape, -torch.inf if name in maxima else 0.0, dtype=torch.float64, device=device)
             for name, shape in shapes.items()
         }
 
@@ -50,7 +55,7 @@ class Accumulator:
         from safetensors.torch import save_file
 
         tmp = path.with_suffix(path.suffix + ".tmp")
-        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(tmp))
+        save_file({k: v.contiguous().cpu() for k, v in self.tensors.items()}, str(tmp))
         tmp.replace(path)
 
     def load(self, path: Path) -> None:

@@ -27,7 +27,8 @@ class StatsCollector:
 
     `delta` is the hard-pattern threshold, `tau` the switch threshold, `sample_cap` the number of context
     attention inputs kept per layer (a uniform sample without replacement over all windows, by random
-    priorities seeded by `seed` and the window index, for the half-space certificates of SPEC §4).
+    priorities seeded by `seed` and the window index, for the half-space certificates of SPEC §4). `device`
+    holds the sums.
     """
 
     def __init__(
@@ -40,12 +41,14 @@ class StatsCollector:
         tau: float,
         sample_cap: int = 512,
         seed: int = 0,
+        device: torch.device | str = "cpu",
     ) -> None:
         L, H, T = n_layers, n_heads, seq_len
         shapes = {name: (L, H) for name in HEAD_SUMS}
         shapes |= {"keys": (L, H, T), "mlp_like": (L,), "windows": ()}
         shapes |= {f"{kind}_{name}": (L,) for kind in "hz" for name in GEOMETRY_SUMS}
-        self.acc = Accumulator(shapes, maxima=frozenset({"h_cos_max", "z_cos_max"}))
+        # Sums live on the model's device, so a GPU run never waits on a host copy per block.
+        self.acc = Accumulator(shapes, maxima=frozenset({"h_cos_max", "z_cos_max"}), device=device)
         self.group, self.seq_len, self.delta, self.tau = group, seq_len, delta, tau
         self.sample_cap, self.seed = sample_cap, seed
         self.samples: dict[int, tuple[Tensor, Tensor]] = {}  # layer -> (priorities (n,), unit z rows (n, d))
@@ -53,10 +56,12 @@ class StatsCollector:
         self.dtype_name = "float32"
         self.shard = (0, 1)  # (rank, world): window i of this shard is window rank + world·i of the corpus
         self._value_norms: dict[int, Tensor] = {}
+        self._windows = 0
 
     @property
     def windows(self) -> int:
-        return int(self.acc.tensors["windows"])
+        """Windows folded in so far (a host-side count, so reading it never waits on the device)."""
+        return self._windows
 
     def on_values(self, layer: int, value: Tensor) -> None:
         """Value vectors (B, KV, T, Dv) of a layer, before its attention blocks arrive."""
@@ -117,11 +122,12 @@ class StatsCollector:
 
     def end_batch(self, batch_size: int) -> None:
         self.acc.tensors["windows"] += batch_size
+        self._windows += batch_size
         self._value_norms.clear()
 
     def state(self) -> dict[str, Tensor]:
         """Everything needed to continue exactly where this collector stands (for checkpoints)."""
-        state = {f"acc.{name}": tensor for name, tensor in self.acc.tensors.items()}
+        state = {f"acc.{name}": tensor.cpu() for name, tensor in self.acc.tensors.items()}
         for layer, (priorities, rows) in self.samples.items():
             state[f"sample_priorities.{layer}"], state[f"sample_rows.{layer}"] = priorities, rows
         state |= {f"sink_input.{layer}": z0 for layer, z0 in self.sink_inputs.items()}
@@ -130,13 +136,14 @@ class StatsCollector:
     def load_state(self, state: dict[str, Tensor]) -> None:
         """Restore a `state()` (same model, T and thresholds)."""
         for name, tensor in self.acc.tensors.items():
-            tensor.copy_(state[f"acc.{name}"])
+            tensor.copy_(state[f"acc.{name}"].to(tensor.device))
         self.samples = {
             int(key.split(".")[1]): (value, state[f"sample_rows.{key.split('.')[1]}"])
             for key, value in state.items()
             if key.startswith("sample_priorities.")
         }
         self.sink_inputs = {int(k.split(".")[1]): v for k, v in state.items() if k.startswith("sink_input.")}
+        self._windows = int(self.acc.tensors["windows"])
 
     def all_reduce(self) -> None:
         """Combine the collectors of every `torch.distributed` rank: sums add, maxima max, and the attention-input
@@ -144,6 +151,7 @@ class StatsCollector:
         import torch.distributed as dist
 
         self.acc.all_reduce()
+        self._windows = int(self.acc.tensors["windows"])
         gathered: list[tuple[dict, dict]] = [({}, {})] * dist.get_world_size()
         dist.all_gather_object(gathered, (self.samples, self.sink_inputs))
         merged: dict[int, tuple[Tensor, Tensor]] = {}

@@ -34,6 +34,8 @@ def add_parser(subparsers) -> None:
                         help="attention inputs sampled per layer for the half-space certificates (0: skip)")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    parser.add_argument("--device-map", default=None, choices=["auto"],
+                        help="spread a model larger than one device over all visible GPUs (accelerate)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--seed", type=int, default=0, help="seed for random corpora and samples")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
@@ -80,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
     config = AnalyzeConfig(
         epsilon=args.epsilon, delta=args.delta, tau=args.tau, geometry_cap=args.geometry_cap, seed=args.seed
     )
-    lm = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    lm = load_model(
+        args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+        device_map=args.device_map,
+    )  # fmt: skip
     check_seq_len(lm, args.seq_len)
     stream = windows(
         args.corpus, lm.tokenizer, args.seq_len, args.max_windows,

@@ -205,11 +205,13 @@ def load_model(
     dtype: str = "float32",
     trust_remote_code: bool = False,
     attn_implementation: str = "sdpa",
+    device_map: str | None = None,
 ) -> LoadedModel:
     """Load a causal LM for analysis (SPEC §1): embedded name, hub id, local directory or `.gguf` path.
 
     `device` is "cpu", "cuda", "auto" (cuda when available) or any torch device string; `dtype` one of
-    float32 (default), bfloat16, float16. The model is put in eval mode with gradients off.
+    float32 (default), bfloat16, float16. `device_map="auto"` spreads a model too large for one device over all
+    visible devices (accelerate) and ignores `device`. The model is put in eval mode with gradients off.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -224,6 +226,7 @@ def load_model(
             attn_implementation=attn_implementation,
             trust_remote_code=trust_remote_code,
             use_safetensors=True,
+            device_map=device_map,
         )
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except OSError as err:
@@ -237,14 +240,16 @@ def load_model(
                 f"model '{name_or_path}' needs custom code; pass --trust-remote-code if you trust its source"
             ) from err
         raise SinkscopeError(f"could not load model '{name_or_path}': {str(err)[:300]}") from err
-    model.to(device).eval().requires_grad_(False)
+    if device_map is None:
+        model.to(device)
+    model.eval().requires_grad_(False)
     config = getattr(model.config, "text_config", None) or model.config
     family = family_for(config.model_type)
     identity.update(
         model_type=config.model_type,
         family=family.name,
         dtype=dtype,
-        device=str(device),
+        device=str(device) if device_map is None else f"device_map={device_map}",
         n_layers=config.num_hidden_layers,
         **head_layout(config).__dict__,
     )
