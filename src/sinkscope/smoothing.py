@@ -33,9 +33,8 @@ from sinkscope.theory.oversmoothing import (
     Traces,
     causal_uniform_cosine,
     norm_scale,
+    peak_lambda,
     pre_norm_map,
-    shared_mean_energy,
-    smoothing_condition,
     value_traces,
 )
 
@@ -175,14 +174,16 @@ class SmoothingCollector:
         """Predicted (from the moments and the weights) and observed (streamed) quantities, as DataFrames."""
         head_rows, layer_rows, curve_rows = [], [], []
         for layer in self.layers:
-            w_v, w_o = (w.double().cpu().numpy() for w in self.maps[layer])
-            per_head = [w_v[h] @ w_o[h] for h in range(len(w_v))]
+            w_v, w_o = (w.double().cpu().numpy() for w in self.maps[layer])  # (H, d, dh), (H, dh, d)
+            H = len(w_v)
+            # each head's W = W_V^h W_O^h, and the whole layer's Σ_h W^h = [W_V^1 … W_V^H] [W_O^1; …; W_O^H]
+            factors = [(w_v[h], w_o[h]) for h in range(H)] + [(np.concatenate(w_v, axis=1), np.concatenate(w_o))]
             observed = (self.curve_sum[layer] / self.windows[layer]).numpy()
             rows = []
-            for head, W in enumerate([*per_head, sum(per_head)]):
-                row, predicted, measured = self._predict(layer, W)
+            for head, (left, right) in enumerate(factors):
+                row, predicted, measured = self._predict(layer, left, right)
                 d_obs = float(observed[head, -1] - observed[head, 0])
-                row = {"layer": layer, "head": head if head < len(per_head) else -1, **row}
+                row = {"layer": layer, "head": head if head < H else -1, **row}
                 row["smooth_dcos_obs"] = d_obs
                 row["smooth_sign_agree"] = row["smooth_dense_more"] == (d_obs > 0)
                 rows.append(row)
@@ -208,8 +209,8 @@ class SmoothingCollector:
             )
         return SmoothingTables(pd.DataFrame(head_rows), pd.DataFrame(layer_rows), pd.DataFrame(curve_rows))
 
-    def _predict(self, layer: int, W: np.ndarray) -> tuple[dict, list[float], list[float]]:
-        """SPEC §5 prediction for a value-output map W (d, d) at `layer`: columns, and two predicted curves.
+    def _predict(self, layer: int, left: np.ndarray, right: np.ndarray) -> tuple[dict, list[float], list[float]]:
+        """SPEC §5 prediction for the value-output map `W = left @ right` at `layer`: columns, two curves.
 
         `smooth_b`, `smooth_c` and the curve use the SPEC's linearised pre-norm map `W̃ = P diag(g) W / s_LN`;
         `smooth_b_measured`, `smooth_c_measured` and the second curve use the measured moments of the real
@@ -220,25 +221,24 @@ class SmoothingCollector:
         d = len(mu) // 2
         mu_x, mu_z, sigma = mu[:d], mu[d:], cov[:d, :d]
         gain = norm_gain(self.lm.family, self.lm.layers[layer]).double().cpu().numpy()
-        W_tilde = pre_norm_map(mu_x, sigma, W, self.lm.family.norm, gain)
-        condition = smoothing_condition(sigma, W_tilde)
+        left_tilde = pre_norm_map(mu_x, sigma, left, self.lm.family.norm, gain)  # W̃ = left_tilde @ right
+        b, c = value_traces(sigma, sigma, left_tilde, right)  # tr(ΣW̃), tr(W̃ᵀΣW̃)
         a, T_ctx = float(np.trace(sigma)), self.seq_len - 1
-        energy = shared_mean_energy(mu_x, W_tilde)
+        mean_y = mu_x + (mu_x @ left_tilde) @ right  # μ(I + W̃)
         predicted = [
-            causal_uniform_cosine(energy, Traces(a, condition.b, condition.c), lam, T_ctx)
-            for lam in self.lambdas.tolist()
+            causal_uniform_cosine(float(mean_y @ mean_y), Traces(a, b, c), lam, T_ctx) for lam in self.lambdas.tolist()
         ]
-        b_m, c_m = value_traces(cov[:d, d:], cov[d:, d:], W)
-        mean_y = mu_x + mu_z @ W  # m_i = μ + ν, ν = μ_z W
+        b_m, c_m = value_traces(cov[:d, d:], cov[d:, d:], left, right)
+        mean_y = mu_x + (mu_z @ left) @ right  # m_i = μ + ν, ν = μ_z W
         measured = [
             causal_uniform_cosine(float(mean_y @ mean_y), Traces(a, b_m, c_m), lam, T_ctx)
             for lam in self.lambdas.tolist()
         ]
         row = {
-            "smooth_b": condition.b,
-            "smooth_c": condition.c,
-            "smooth_dense_more": condition.dense_smooths_more,
-            "smooth_lambda_peak": condition.lambda_peak,
+            "smooth_b": b,
+            "smooth_c": c,
+            "smooth_dense_more": bool(2 * b + c > 0),
+            "smooth_lambda_peak": peak_lambda(b, c),
             "smooth_dcos_pred": predicted[-1] - predicted[0],
             "smooth_b_measured": b_m,
             "smooth_c_measured": c_m,

@@ -86,6 +86,23 @@ def test_value_traces_with_identity_map_are_the_linear_traces():
     assert th.value_traces(sigma, sigma, W) == pytest.approx(th.smoothing_traces(sigma, W)[1:])
 
 
+def test_factored_value_traces_match_the_dense_map():
+    _, sigma, W = random_problem()
+    rng = np.random.default_rng(6)
+    left, right, cross = rng.standard_normal((12, 3)), rng.standard_normal((3, 12)), rng.standard_normal((12, 12))
+    assert th.value_traces(cross, sigma, left, right) == pytest.approx(th.value_traces(cross, sigma, left @ right))
+    assert th.value_traces(cross, sigma, left @ right) == pytest.approx(
+        (np.trace(left @ right @ cross), np.trace(right.T @ left.T @ sigma @ left @ right))
+    )
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_norm_scale_is_the_rms_of_the_centred_tokens(kind):
+    mu, sigma, _ = random_problem()
+    P = th.centring(len(mu), kind)
+    assert th.norm_scale(mu, sigma, kind) == pytest.approx(np.sqrt((mu @ P @ P @ mu + np.trace(P @ sigma @ P)) / len(mu)))
+
+
 def test_beta_scales_the_value_path():
     _, sigma, W = random_problem()
     assert th.smoothing_condition(sigma, W, beta=0.3)[:2] == pytest.approx(th.smoothing_condition(sigma, 0.3 * W)[:2])

@@ -165,22 +165,30 @@ def norm_scale(mu: np.ndarray, Sigma: np.ndarray, kind: str) -> float:
     """`s_LN = sqrt((mean_i ||μ_i P||² + tr(PΣP)) / d)`: the root-mean-square scale the norm divides by."""
     Sigma = np.asarray(Sigma, float)
     d = Sigma.shape[0]
-    P = centring(d, kind)
-    mu_p = np.atleast_2d(np.asarray(mu, float)) @ P
-    return float(np.sqrt((np.mean(np.sum(mu_p**2, axis=1)) + np.trace(P @ Sigma @ P)) / d))
+    mu = np.atleast_2d(np.asarray(mu, float))
+    spread = np.trace(Sigma)
+    if kind == "layernorm":  # μP = μ - mean(μ); tr(PΣP) = tr(PΣ) = tr Σ - 1ᵀΣ1/d
+        mu = mu - mu.mean(axis=1, keepdims=True)
+        spread -= Sigma.sum() / d
+    return float(np.sqrt((np.mean(np.sum(mu**2, axis=1)) + spread) / d))
 
 
 def pre_norm_map(
     mu: np.ndarray, Sigma: np.ndarray, W: np.ndarray, kind: str, gain: np.ndarray | None = None
 ) -> np.ndarray:
-    """`W̃ = P diag(g) W / s_LN` (d, d): pre-norm attention `A LN(X) W ≈ A X W̃` (SPEC §5).
+    """`W̃ = P diag(g) W / s_LN` (d, r): pre-norm attention `A LN(X) W ≈ A X W̃` (SPEC §5).
 
+    W is the map (d, d) or a left factor (d, r) of it (`W = W_left W_right` gives `W̃ = W̃_left W_right`).
     Exact except that every token's own norm scale is replaced by the common `s_LN` (relative error O(1/√d)
     per token, O(1/d) in the second moments).
     """
+    check_norm("pre", kind)
     d = np.shape(Sigma)[0]
     g = np.ones(d) if gain is None else np.asarray(gain, float)
-    return centring(d, kind) @ (g[:, None] * np.asarray(W, float)) / norm_scale(mu, Sigma, kind)
+    scaled = g[:, None] * np.asarray(W, float)
+    if kind == "layernorm":  # P M = M minus its column means
+        scaled = scaled - scaled.mean(axis=0, keepdims=True)
+    return scaled / norm_scale(mu, Sigma, kind)
 
 
 def block_moments(
@@ -279,15 +287,23 @@ def smoothing_condition(Sigma: np.ndarray, W: np.ndarray, beta: float = 1.0) -> 
     return SmoothingCondition(b=b, c=c, dense_smooths_more=bool(2 * b + c > 0), lambda_peak=peak_lambda(b, c))
 
 
-def value_traces(cross: np.ndarray, value_input_cov: np.ndarray, W: np.ndarray) -> tuple[float, float]:
+def value_traces(
+    cross: np.ndarray, value_input_cov: np.ndarray, W: np.ndarray, W_right: np.ndarray | None = None
+) -> tuple[float, float]:
     """`b = tr(W C_xz)`, `c = tr(Wᵀ Σ_z W)` for values `v = zW` of a per-token map `z = f(x)` (SPEC §5).
 
     `cross` = `C_xz = E[(x-μ)ᵀ(z-μ_z)]` (d, d), `value_input_cov` = `Σ_z = Cov(z)` (d, d): the `b_k`, `c_k` of
     `second_moments_from_values` for identically distributed tokens. With `z = x` they are `tr(ΣW)`, `tr(WᵀΣW)`;
-    with `z = LN(x)` they measure the pre-norm block without linearising the norm.
+    with `z = LN(x)` they measure the pre-norm block without linearising the norm. Given `W_right`, W is the left
+    factor (d, r) of `W W_right` (a head's `W_V` (d, dh) and `W_O` (dh, d)): O(d²r) instead of O(d³).
     """
-    W = np.asarray(W, float)
-    return float(np.sum(W * np.asarray(cross).T)), float(np.sum((value_input_cov @ W) * W))
+    left = np.asarray(W, float)
+    if W_right is None:
+        return float(np.sum(left * np.asarray(cross).T)), float(np.sum((value_input_cov @ left) * left))
+    right = np.asarray(W_right, float)
+    b = float(np.sum((right @ cross) * left.T))  # tr(L R C) = Σ (R C) ⊙ Lᵀ
+    c = float(np.sum((left.T @ value_input_cov @ left) * (right @ right.T)))  # tr(Rᵀ Lᵀ Σ_z L R)
+    return b, c
 
 
 def peak_lambda(b: float, c: float) -> float:
