@@ -20,6 +20,10 @@ WEIGHT_DECAYS = (0.0, 0.01, 0.1, 1.0)  # the default run uses 0.1
 # Without BOS and without absolute positions (RoPE) no position is marked, so no token can serve as a sink
 # in the first layer: the runs that ask what replaces it.
 NO_SINK_TOKEN = {"task.bos": False, "model.positional": "rope"}
+# One attention-only layer: the head's output goes straight to the unembedding, so on non-trigger queries a
+# dense average of other tokens is noise the model cannot clean up, while a diagonal adds a function of the
+# current token only (the paper's soft switch).
+ATTENTION_ONLY = {"model.n_layers": 1, "model.mlp": False}
 
 GRIDS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {"default": {}},
@@ -34,6 +38,8 @@ GRIDS: dict[str, dict[str, dict[str, Any]]] = {
         **{f"wd_{wd:g}": {"train.weight_decay": wd} for wd in WEIGHT_DECAYS if wd != 0.1},
         "no_bos_rope_wd_0": {**NO_SINK_TOKEN, "train.weight_decay": 0.0},
         "no_bos_rope_wd_1": {**NO_SINK_TOKEN, "train.weight_decay": 1.0},
+        "attn_only": ATTENTION_ONLY,
+        "attn_only_no_bos_rope": {**ATTENTION_ONLY, **NO_SINK_TOKEN},
     },
     "weight_decay": {f"wd_{wd:g}": {"train.weight_decay": wd} for wd in WEIGHT_DECAYS},
 }
