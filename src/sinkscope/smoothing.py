@@ -179,9 +179,11 @@ class SmoothingCollector:
             # each head's W = W_V^h W_O^h, and the whole layer's Σ_h W^h = [W_V^1 … W_V^H] [W_O^1; …; W_O^H]
             factors = [(w_v[h], w_o[h]) for h in range(H)] + [(np.concatenate(w_v, axis=1), np.concatenate(w_o))]
             observed = (self.curve_sum[layer] / self.windows[layer]).numpy()
+            mu, cov = self.moments(layer)
+            gain = norm_gain(self.lm.family, self.lm.layers[layer]).double().cpu().numpy()
             rows = []
             for head, (left, right) in enumerate(factors):
-                row, predicted, measured = self._predict(layer, left, right)
+                row, predicted, measured = self._predict(mu, cov, gain, left, right)
                 d_obs = float(observed[head, -1] - observed[head, 0])
                 row = {"layer": layer, "head": head if head < H else -1, **row}
                 row["smooth_dcos_obs"] = d_obs
@@ -193,7 +195,6 @@ class SmoothingCollector:
                          "cos_pred_measured": measured[k], "cos_obs": float(observed[head, k])}
                     )  # fmt: skip
             head_rows.extend(rows[:-1])
-            mu, cov = self.moments(layer)
             d = len(mu) // 2
             reference = (self.reference_sum[layer] / self.windows[layer]).numpy()
             layer_rows.append(
@@ -209,18 +210,20 @@ class SmoothingCollector:
             )
         return SmoothingTables(pd.DataFrame(head_rows), pd.DataFrame(layer_rows), pd.DataFrame(curve_rows))
 
-    def _predict(self, layer: int, left: np.ndarray, right: np.ndarray) -> tuple[dict, list[float], list[float]]:
-        """SPEC §5 prediction for the value-output map `W = left @ right` at `layer`: columns, two curves.
+    def _predict(
+        self, mu: np.ndarray, cov: np.ndarray, gain: np.ndarray, left: np.ndarray, right: np.ndarray
+    ) -> tuple[dict, list[float], list[float]]:
+        """SPEC §5 prediction for the value-output map `W = left @ right`: columns, and two predicted curves.
+
+        `mu`, `cov`: the layer's `moments`; `gain`: its input norm's gain g (d,).
 
         `smooth_b`, `smooth_c` and the curve use the SPEC's linearised pre-norm map `W̃ = P diag(g) W / s_LN`;
         `smooth_b_measured`, `smooth_c_measured` and the second curve use the measured moments of the real
         attention input z instead (`b = tr(W C_hz)`, `c = tr(Wᵀ Σ_z W)`), which removes the linearisation and
         leaves only the iid-token model.
         """
-        mu, cov = self.moments(layer)
         d = len(mu) // 2
         mu_x, mu_z, sigma = mu[:d], mu[d:], cov[:d, :d]
-        gain = norm_gain(self.lm.family, self.lm.layers[layer]).double().cpu().numpy()
         left_tilde = pre_norm_map(mu_x, sigma, left, self.lm.family.norm, gain)  # W̃ = left_tilde @ right
         b, c = value_traces(sigma, sigma, left_tilde, right)  # tr(ΣW̃), tr(W̃ᵀΣW̃)
         a, T_ctx = float(np.trace(sigma)), self.seq_len - 1
