@@ -99,7 +99,7 @@ class SmoothingCollector:
         self.reference_sum = {i: torch.zeros(2, dtype=torch.float64) for i in self.layers}  # cos X, X + attn
         self.windows = dict.fromkeys(self.layers, 0)
         self.seq_len: int | None = None
-        self._pending: dict[int, tuple[Tensor, Tensor]] = {}
+        self._pending: dict[int, Tensor] = {}  # each layer's X, until its attention output arrives
 
     def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
         """Moments of h and the observed per-head curves; h, z (B, T, d), context tokens only."""
@@ -127,11 +127,11 @@ class SmoothingCollector:
         self.curve_sum[layer] += curves.sum(0).double().cpu()
         self.reference_sum[layer][0] += mean_pairwise_cosine(X).sum().double().cpu()
         self.windows[layer] += X.shape[0]
-        self._pending[layer] = (X, Z)
+        self._pending[layer] = X
 
     def on_attention_output(self, layer: int, out: Tensor) -> None:
         """The reference point with the layer's real attention: cos of `X + attention output` (B, T, d)."""
-        X, _ = self._pending.pop(layer)
+        X = self._pending.pop(layer)
         self.reference_sum[layer][1] += mean_pairwise_cosine(X + out[:, 1:].float()).sum().double().cpu()
 
     @contextmanager
