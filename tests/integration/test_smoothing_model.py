@@ -94,3 +94,25 @@ def test_table_shapes(tiny):
     assert len(heads) == 2 * N_HEADS and len(layers) == 2
     assert len(curves) == 2 * (N_HEADS + 1) * len(LAMBDAS)
     assert {"smooth_b", "smooth_c", "smooth_dense_more", "smooth_lambda_peak"} <= set(heads.columns)
+
+
+def test_add_smoothing_merges_into_a_run(tiny):
+    import pandas as pd
+
+    from sinkscope.run import Run
+    from sinkscope.smoothing import add_smoothing
+
+    lm, ids, (heads, layers, _) = tiny
+    run = Run(
+        meta={},
+        heads=pd.DataFrame({"layer": [1, 0] * N_HEADS, "head": sorted(list(range(N_HEADS)) * 2), "sink_score": 0.5}),
+        layers=pd.DataFrame({"layer": [0, 1], "sink_rate": [0.1, 0.2]}),
+        positions=pd.DataFrame(),
+    )
+    add_smoothing(run, lm, ids.split(3))
+    merged = run.heads.set_index(["layer", "head"]).sort_index()
+    expected = heads.set_index(["layer", "head"]).sort_index()
+    assert merged["sink_score"].eq(0.5).all()
+    assert merged["smooth_b"].to_numpy() == pytest.approx(expected["smooth_b"].to_numpy())
+    assert run.layers["smooth_cos_real"].notna().all() and "smoothing_curves" in run.extra
+    assert run.meta["smoothing"]["n_heads"] == 2 * N_HEADS
