@@ -39,8 +39,8 @@ def test_zero_ablation_matches_edited_weights_and_restores(lm):
 
 
 def test_run_ablation_end_to_end(lm):
-    stream = windows("builtin:prose", lm.tokenizer, 32, 8, batch_size=4)
-    config = AblateConfig(fractions=(0.05,), n_random=2, score_windows=4)
+    stream = windows("builtin:prose", lm.tokenizer, 32, 4, batch_size=4)
+    config = AblateConfig(fractions=(0.05,), n_random=1, score_windows=2)
     curve, scores, meta = run_ablation(lm, stream, config)
     ids = torch.cat(list(stream))
     hf_loss = lm.model(ids, labels=ids).loss.item()  # HF's own shifted mean cross-entropy
