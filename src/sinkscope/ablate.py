@@ -193,7 +193,7 @@ def head_scores(lm: LoadedModel, windows: Iterable[Tensor], delta: float = HARD_
             output_proj = getattr(attention_module(lm.family, block), lm.family.output_proj)
             handles.append(output_proj.register_forward_pre_hook(norm_hook(layer)))
         for ids in windows:
-            out = lm.model(input_ids=ids.to(lm.device), use_cache=False, output_attentions=True)
+            out = lm.base(input_ids=ids.to(lm.device), use_cache=False, output_attentions=True)  # no LM head
             if out.attentions is None or len(out.attentions) != n_layers:
                 raise SinkscopeError("the model returned no attention maps with eager attention; cannot score heads")
             for layer, attn in enumerate(out.attentions):  # (B, H, T, T)
