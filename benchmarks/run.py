@@ -51,6 +51,17 @@ def token_windows(corpus: str, tokenizer, seq_len: int, count: int):
     return ids, corpus
 
 
+def source_state() -> str:
+    """The commit measured, and whether src/ differed from it (numbers move with the code)."""
+    try:
+        git = ["git", "-C", str(HERE.parent)]
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+        dirty = subprocess.run([*git, "status", "--porcelain", "src"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown commit"
+    return commit.strip() + (" with uncommitted changes in src/" if dirty.strip() else "")
+
+
 def run_worker(
     python: str,
     method: str,
@@ -78,6 +89,8 @@ def run_worker(
         str(args.threads),
         "--layers",
         str(layers),
+        "--warmup",
+        "0" if method == "sinkscope-geom" else "1",  # its warm-up would solve the certificates twice
     ]
     load = os.getloadavg()[0]
     started = time.perf_counter()
@@ -112,19 +125,23 @@ def ratio(value: float | None, floor: float | None) -> str:
 
 def result_table(rows: list[dict], floors: dict) -> list[str]:
     lines = [
-        "| T | method | windows × batch | tokens/s | × floor | extra RSS (GB) | × floor | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| T | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         floor = floors.get((row["seq_len"], row.get("layers_kept", 0)), {})
-        speed, extra = row.get("tokens_per_second"), row.get("extra_rss")
-        lines.append(
-            f"| {row['seq_len']} | {row['method']} | {row.get('windows', '')} × {row.get('batch', '')} | "
-            + ("" if speed is None else f"{speed:.0f}")
-            + f" | {ratio(speed, floor.get('tokens_per_second'))} | "
-            + ("" if extra is None else f"{extra / GB:.2f}")
-            + f" | {ratio(extra, floor.get('extra_rss'))} | {row.get('note', '')} |"
-        )
+        cells = [f"{row['seq_len']}", row["method"], f"{row.get('windows', '')} × {row.get('batch', '')}"]
+        for key, scale, digits in (
+            ("tokens_per_second", 1, 0),
+            ("tokens_per_cpu_second", 1, 0),
+            ("extra_rss", GB, 2),
+        ):
+            value = row.get(key)
+            cells += [
+                "" if value is None else f"{value / scale:.{digits}f}",
+                ratio(value, floor.get(key)),
+            ]
+        lines.append("| " + " | ".join([*cells, row.get("note", "")]) + " |")
     return lines
 
 
@@ -135,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--corpus", default="builtin:prose")
     parser.add_argument("--seq-lens", type=int_list, default=[256, 1024, 4096])
-    parser.add_argument("--windows", type=int_list, default=[32, 8, 2], help="windows per length")
+    parser.add_argument("--windows", type=int_list, default=[32, 8, 1], help="windows per length")
     parser.add_argument("--batch", type=int_list, default=[8, 2, 1], help="batch size per length")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the windows (median)")
     parser.add_argument("--threads", type=int, default=2)
@@ -174,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     started, load_start = time.time(), os.getloadavg()
     print(
         f"# {args.model}: {n_layers} layers × {n_heads} heads; torch {torch.__version__}, {args.threads} threads; "
-        f"load average {load_start[0]:.2f}",
+        f"sinkscope at {source_state()}; load average {load_start[0]:.2f}",
         flush=True,
     )
     rows, floors, agreement = [], {}, []
@@ -279,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         "agreement": agreement,
         "depth": depth,
         "minutes": minutes,
+        "source": source_state(),
         "load_start": load_start,
         "load_end": load_end,
         "table": lines,

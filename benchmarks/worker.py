@@ -7,11 +7,13 @@ Methods (all on the same token windows, base model only, no gradients):
   attentions       eager forward with `output_attentions=True, output_hidden_states=True`, then per-head
                    sink/diag scores from the returned maps (what a user would do with plain transformers)
   transformerlens  TransformerLens 4 `TransformerBridge.run_with_cache` with a names filter (attention patterns
-                   and residual inputs), then the same sink/diag scores; needs the venv of benchmarks/README
+                   and residual inputs), then the same sink/diag scores; needs its own venv (docs/performance.md)
 
+Speed: tokens/s over the wall clock (median of the repeats), and tokens per CPU-second of this process (user +
+system, all threads), which other processes on the machine disturb less than the wall clock.
 Memory: "extra RSS" is the peak resident set during warm-up and timed repeats minus the resident set after
-loading the model and the windows, with every weight paged in (bytes). The peak is sampled every few milliseconds in a thread and
-cross-checked with `getrusage` (whose lifetime peak counts only when the job exceeds the loading peak).
+loading the model and the windows, with every weight paged in (bytes). The peak is sampled every 2 ms in a
+thread and cross-checked with `getrusage` (whose lifetime peak counts only when the job exceeds the loading one).
 Usage: python benchmarks/worker.py --method floor --ids windows.pt --batch 8 --repeats 3
 """
 
@@ -191,13 +193,15 @@ def measure(args: argparse.Namespace) -> dict:
         parameter.sum()  # that "extra" is the job's memory, not the weights' first touch
     gc.collect()
     rss_loaded, maxrss_loaded = psutil.Process().memory_info().rss, max_rss_bytes()
-    seconds, extras = [], {}
+    seconds, cpu_seconds, extras = [], [], {}
     with PeakRSS() as sampler:
-        run(ids[: args.batch])  # warm-up: one batch of the same shape
+        if args.warmup:
+            run(ids[: args.batch])  # one batch of the same shape
         for _ in range(args.repeats):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             extras = run(ids)
             seconds.append(time.perf_counter() - started)
+            cpu_seconds.append(time.process_time() - cpu_started)
     maxrss_job = max_rss_bytes()
     peak = max(sampler.peak, maxrss_job if maxrss_job > maxrss_loaded else 0)
     N, T = ids.shape
@@ -211,6 +215,8 @@ def measure(args: argparse.Namespace) -> dict:
         "threads": torch.get_num_threads(),
         "seconds": seconds,
         "tokens_per_second": N * T / statistics.median(seconds),
+        "cpu_seconds": cpu_seconds,
+        "tokens_per_cpu_second": N * T / statistics.median(cpu_seconds),
         "rss_loaded": rss_loaded,
         "rss_peak": peak,
         "extra_rss": peak - rss_loaded,
@@ -230,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1, help="1: run one batch before timing; 0: don't")
     parser.add_argument("--layers", type=int, default=0, help="keep only the first N decoder layers (0: all)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
