@@ -21,7 +21,8 @@ class Family:
     `layers` is the attribute of the base model holding the decoder blocks; `attention` and `input_norm` are
     attributes of a block. `fused_qkv` marks GPT-2's `Conv1D` `c_attn` (weight stored as in×out) instead of
     separate `q/k/v_proj` `nn.Linear`s (weight stored as out×in). `norm_gain_offset` is 1 where the norm
-    multiplies by `1 + weight` (Gemma), else 0. `norm` is "rmsnorm" or "layernorm".
+    multiplies by `1 + weight` (Gemma), else 0. `norm` is "rmsnorm" or "layernorm". `post_attention_norm` names
+    the norm applied to the attention output before it joins the residual (Gemma 2/3's sandwich norm), if any.
     """
 
     name: str
@@ -34,13 +35,20 @@ class Family:
     fused_qkv: bool = False
     value_proj: str = "v_proj"
     output_proj: str = "o_proj"
+    post_attention_norm: str | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
     Family("llama", ("llama",)),
     Family("mistral", ("mistral",)),
     Family("qwen2", ("qwen2", "qwen3")),
-    Family("gemma", ("gemma", "gemma2", "gemma3", "gemma3_text"), norm_gain_offset=1.0),
+    Family("gemma", ("gemma",), norm_gain_offset=1.0),
+    Family(
+        "gemma2",
+        ("gemma2", "gemma3", "gemma3_text"),
+        norm_gain_offset=1.0,
+        post_attention_norm="post_attention_layernorm",
+    ),
     Family(
         "gpt2",
         ("gpt2",),
@@ -107,6 +115,11 @@ def attention_module(family: Family, layer: nn.Module) -> nn.Module:
 def input_norm_module(family: Family, layer: nn.Module) -> nn.Module:
     """The norm whose output is the attention input `z` (SPEC §4)."""
     return getattr(layer, family.input_norm)
+
+
+def post_attention_norm_module(family: Family, layer: nn.Module) -> nn.Module | None:
+    """The norm between the attention output and the residual (Gemma 2/3), or None where there is none."""
+    return None if family.post_attention_norm is None else getattr(layer, family.post_attention_norm)
 
 
 def norm_gain(family: Family, layer: nn.Module) -> torch.Tensor:
