@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -27,7 +28,12 @@ from torch import Tensor
 
 from sinkscope.capture.layer_inputs import layer_input_hooks
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module, norm_gain, value_output_maps
+from sinkscope.models.families import (
+    attention_module,
+    norm_gain,
+    post_attention_norm_module,
+    value_output_maps,
+)
 from sinkscope.models.load import LoadedModel
 from sinkscope.theory.oversmoothing import (
     Traces,
@@ -78,31 +84,42 @@ def lambda_curve(P: Tensor, D: Tensor, lambdas: Tensor) -> Tensor:
 
 
 class SmoothingCollector:
-    """Streaming per-layer sums for SPEC §5; feed it with `hooks()` around forward passes of `lm.base`."""
+    """Streaming per-layer sums for SPEC §5; feed it with `hooks()` around forward passes of `lm.base`.
+
+    Where the family has a post-attention norm (Gemma 2/3), the attention output `o` reaches the residual as
+    `r_t o_t diag(g')` (g' that norm's gain, `r_t` its per-token scale, read off the real update). The observed
+    curves then use `X + r ⊙ A_λ Z W diag(g')` (the real per-query scale), the predictions the value-path gain
+    `β = mean r_t` (the paper's β) with `W diag(g')`; the real reference is X + the real update.
+    """
 
     def __init__(self, lm: LoadedModel, layers: Sequence[int] | None = None, lambdas: Sequence[float] = LAMBDAS):
         self.lm = lm
         self.layers = list(range(len(lm.layers))) if layers is None else list(layers)
         self.lambdas = torch.tensor(lambdas, dtype=torch.float32)
-        layout = lm.layout
-        self.maps = {}
+        layout, family = lm.layout, lm.family
+        self.maps, self.post_gain = {}, {}
         for index in self.layers:
-            w_v, w_o = value_output_maps(lm.family, lm.layers[index], layout)  # (H, d, dh), (H, dh, d)
+            block = lm.layers[index]
+            w_v, w_o = value_output_maps(family, block, layout)  # (H, d, dh), (H, dh, d)
+            post = post_attention_norm_module(family, block)
+            gain = None if post is None else (post.weight.detach().float() + family.norm_gain_offset).to(lm.device)
             self.maps[index] = (w_v.to(lm.device), w_o.to(lm.device))
+            self.post_gain[index] = gain
         d, H, L = layout.d_model, layout.n_heads, len(lambdas)
         self.shift: dict[int, Tensor] = {}
         # Sums over context tokens of [x, z] (2d,) and [x, z]ᵀ[x, z] (2d, 2d), both shifted: Σ, Cov(x, z), Cov(z).
         self.sum = {i: torch.zeros(2 * d, dtype=torch.float64) for i in self.layers}
         self.outer_sum = {i: torch.zeros(2 * d, 2 * d, dtype=torch.float64) for i in self.layers}
         self.tokens = dict.fromkeys(self.layers, 0)
+        self.scale_sum = dict.fromkeys(self.layers, 0.0)  # Σ_t r_t, the post-attention norm's scales
         self.curve_sum = {i: torch.zeros(H + 1, L, dtype=torch.float64) for i in self.layers}  # row H: layer
-        self.reference_sum = {i: torch.zeros(2, dtype=torch.float64) for i in self.layers}  # cos X, X + attn
+        self.reference_sum = {i: torch.zeros(2, dtype=torch.float64) for i in self.layers}  # cos X, X + update
         self.windows = dict.fromkeys(self.layers, 0)
         self.seq_len: int | None = None
-        self._pending: dict[int, Tensor] = {}  # each layer's X, until its attention output arrives
+        self._pending: dict[int, dict[str, Tensor]] = {}  # a layer's X, Z (and o) until its update arrives
 
     def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
-        """Moments of h and the observed per-head curves; h, z (B, T, d), context tokens only."""
+        """Moments of `[h, z]` over context tokens; h, z (B, T, d). The curves wait for the attention output."""
         if h.shape[1] < 3:
             raise SinkscopeError(f"--seq-len {h.shape[1]} is too short for smoothing: it needs ≥ 2 context tokens")
         self.seq_len = h.shape[1]
@@ -118,37 +135,65 @@ class SmoothingCollector:
         outer[:d, d:] += (x.T @ z).double().cpu()
         outer[d:, d:] += (z.T @ z).double().cpu()
         self.tokens[layer] += flat.shape[0]
-
-        w_v, w_o = self.maps[layer]
-        V = torch.einsum("btd,hde->bhte", Z, w_v) @ w_o  # (B, H, T', d): Z W_V^h W_O^h
-        V = torch.cat([V, V.sum(1, keepdim=True)], dim=1)  # (B, H+1, T', d): whole layer last
-        # X + A_λ Z W = (X + V) + λ (U V - V)
-        curves = lambda_curve(X[:, None] + V, causal_uniform_mix(V) - V, self.lambdas)  # (B, H+1, L)
-        self.curve_sum[layer] += curves.sum(0).double().cpu()
-        self.reference_sum[layer][0] += mean_pairwise_cosine(X).sum().double().cpu()
-        self.windows[layer] += X.shape[0]
-        self._pending[layer] = X
+        self._pending[layer] = {"X": X, "Z": Z}
 
     def on_attention_output(self, layer: int, out: Tensor) -> None:
-        """The reference point with the layer's real attention: cos of `X + attention output` (B, T, d)."""
-        X = self._pending.pop(layer)
-        self.reference_sum[layer][1] += mean_pairwise_cosine(X + out[:, 1:].float()).sum().double().cpu()
+        """The attention module's output (B, T, d): the residual update itself, unless a post-norm follows."""
+        if self.post_gain[layer] is None:
+            self._observe(layer, out[:, 1:].float(), None)
+        else:
+            self._pending[layer]["o"] = out[:, 1:].float()
+
+    def on_post_norm_output(self, layer: int, update: Tensor) -> None:
+        """The post-attention norm's output (B, T, d) = `r_t o_t diag(g')`: read off each query's scale `r_t`."""
+        o_gain = self._pending[layer]["o"] * self.post_gain[layer]
+        update = update[:, 1:].float()
+        scale = (update * o_gain).sum(-1) / (o_gain * o_gain).sum(-1).clamp_min(1e-30)  # (B, T')
+        self._observe(layer, update, scale)
+
+    def _observe(self, layer: int, update: Tensor, scale: Tensor | None) -> None:
+        """Observed λ-curves of every head and of the layer, and the two reference cosines, for one batch."""
+        pending = self._pending.pop(layer)
+        X, Z = pending["X"], pending["Z"]
+        w_v, w_o = self.maps[layer]
+        V = torch.einsum("btd,hde->bhte", Z, w_v) @ w_o  # (B, H, T', d): Z W_V^h W_O^h
+        if scale is not None:
+            V = V * self.post_gain[layer]  # the post-norm's gain, per channel
+            self.scale_sum[layer] += scale.sum().item()
+        V = torch.cat([V, V.sum(1, keepdim=True)], dim=1)  # (B, H+1, T', d): whole layer last
+        mixed_minus_self = causal_uniform_mix(V) - V
+        if scale is not None:  # the post-norm scales each query's output
+            V, mixed_minus_self = V * scale[:, None, :, None], mixed_minus_self * scale[:, None, :, None]
+        # X + A_λ Z W = (X + V) + λ (U V - V)
+        curves = lambda_curve(X[:, None] + V, mixed_minus_self, self.lambdas)  # (B, H+1, L)
+        self.curve_sum[layer] += curves.sum(0).double().cpu()
+        self.reference_sum[layer][0] += mean_pairwise_cosine(X).sum().double().cpu()
+        self.reference_sum[layer][1] += mean_pairwise_cosine(X + update).sum().double().cpu()
+        self.windows[layer] += X.shape[0]
+
+    def value_gain(self, layer: int) -> float:
+        """β: the mean post-attention norm scale `r_t` over context tokens (1 without a post-norm)."""
+        return 1.0 if self.post_gain[layer] is None else self.scale_sum[layer] / self.tokens[layer]
 
     @contextmanager
     def hooks(self) -> Iterator[None]:
-        """Layer-input hooks plus attention-output hooks on the requested layers, removed in `finally`."""
+        """Layer-input, attention-output and post-attention-norm hooks, removed in `finally`."""
         handles = []
 
-        def attention_hook(index: int):
+        def output_hook(receive):
             def hook(_module, _args, output):
-                self.on_attention_output(index, output[0] if isinstance(output, tuple) else output)
+                receive(output[0] if isinstance(output, tuple) else output)
 
             return hook
 
         try:
             for index in self.layers:
-                module = attention_module(self.lm.family, self.lm.layers[index])
-                handles.append(module.register_forward_hook(attention_hook(index)))
+                block = self.lm.layers[index]
+                attention = attention_module(self.lm.family, block)
+                handles.append(attention.register_forward_hook(output_hook(partial(self.on_attention_output, index))))
+                post = post_attention_norm_module(self.lm.family, block)
+                if post is not None:
+                    handles.append(post.register_forward_hook(output_hook(partial(self.on_post_norm_output, index))))
             with layer_input_hooks(self.lm, self.on_layer_input, self.layers):
                 yield
         finally:
@@ -175,7 +220,9 @@ class SmoothingCollector:
         head_rows, layer_rows, curve_rows = [], [], []
         for layer in self.layers:
             w_v, w_o = (w.double().cpu().numpy() for w in self.maps[layer])  # (H, d, dh), (H, dh, d)
-            H = len(w_v)
+            H, beta = len(w_v), self.value_gain(layer)
+            if self.post_gain[layer] is not None:  # W_O^h diag(g') β: the value path into the residual
+                w_o = w_o * self.post_gain[layer].double().cpu().numpy() * beta
             # each head's W = W_V^h W_O^h, and the whole layer's Σ_h W^h = [W_V^1 … W_V^H] [W_O^1; …; W_O^H]
             factors = [(w_v[h], w_o[h]) for h in range(H)] + [(np.concatenate(w_v, axis=1), np.concatenate(w_o))]
             observed = (self.curve_sum[layer] / self.windows[layer]).numpy()
@@ -206,6 +253,7 @@ class SmoothingCollector:
                     "smooth_cos_real": float(reference[1]),
                     "smooth_trace_sigma": float(np.trace(cov[:d, :d])),
                     "smooth_norm_scale": norm_scale(mu[:d], cov[:d, :d], self.lm.family.norm),
+                    "smooth_value_gain": beta,
                 }
             )
         return SmoothingTables(pd.DataFrame(head_rows), pd.DataFrame(layer_rows), pd.DataFrame(curve_rows))

@@ -116,3 +116,58 @@ def test_add_smoothing_merges_into_a_run(tiny):
     assert merged["smooth_b"].to_numpy() == pytest.approx(expected["smooth_b"].to_numpy())
     assert run.layers["smooth_cos_real"].notna().all() and "smoothing_curves" in run.extra
     assert run.meta["smoothing"]["n_heads"] == 2 * N_HEADS
+
+
+def test_post_attention_norm_enters_the_value_path():
+    """Gemma 3's sandwich norm: observed curves use its real per-query scale and gain, β = mean scale."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(2)
+    config = Gemma3TextConfig(
+        hidden_size=D, intermediate_size=64, num_hidden_layers=2, num_attention_heads=N_HEADS,
+        num_key_value_heads=N_KV, head_dim=HEAD_DIM, vocab_size=101, max_position_embeddings=64,
+        sliding_window=16, attn_implementation="eager",
+    )  # fmt: skip
+    model = Gemma3ForCausalLM(config).eval().requires_grad_(False)
+    for layer in model.model.layers:
+        layer.input_layernorm.weight.uniform_(-0.5, 0.5)  # Gemma's gain is 1 + w
+        layer.post_attention_layernorm.weight.uniform_(-0.5, 0.5)
+    lm = LoadedModel(model=model, tokenizer=None, family=family_for("gemma3_text"), identity={})
+    ids = torch.randint(3, 101, (4, 10), generator=torch.Generator().manual_seed(3))
+    ids[:, 0] = 2
+    heads, layers, curves = smoothing_analysis(lm, ids.split(2))
+
+    seen = {}
+    hooks = []
+    for i, block in enumerate(lm.layers):
+        hooks.append(block.input_layernorm.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("hz", i), (a[0], o))))
+        hooks.append(block.self_attn.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("o", i), o[0])))
+        hooks.append(block.pre_feedforward_layernorm.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("mid", i), a[0])))
+    lm.base(input_ids=ids)
+    for hook in hooks:
+        hook.remove()
+    index, head = 1, 3
+    block = lm.layers[index]
+    h, z = (t.double().numpy() for t in seen[("hz", index)])
+    o = seen[("o", index)].double().numpy()[:, 1:]
+    post = block.post_attention_layernorm
+    r = 1 / np.sqrt(np.mean(o**2, axis=-1) + post.eps)  # (B, T'): RMSNorm's per-token scale
+    g_post = 1 + post.weight.double().numpy()
+    W = head_map(block, head) * g_post
+    T_ctx = ids.shape[1] - 1
+    curve = curves[(curves.layer == index) & (curves["head"] == head)].sort_values("lam")
+    for lam, cos_obs in zip(curve.lam, curve.cos_obs):
+        A = th.interpolated_attention(T_ctx, lam, causal=True)
+        expected = np.mean([pairwise_cosine_loop(h[w, 1:] + r[w][:, None] * (A @ z[w, 1:] @ W)) for w in range(len(ids))])
+        assert cos_obs == pytest.approx(expected, abs=1e-5)
+    real = np.mean([pairwise_cosine_loop(seen[("mid", index)][w, 1:].double().numpy()) for w in range(len(ids))])
+    layer_row = layers[layers.layer == index].iloc[0]
+    assert layer_row.smooth_cos_real == pytest.approx(real, abs=1e-5)
+    assert layer_row.smooth_value_gain == pytest.approx(r.mean(), rel=1e-4)
+    X = h[:, 1:].reshape(-1, D)
+    sigma = np.cov(X.T, bias=True)
+    s = np.sqrt(np.mean(np.sum(X**2, axis=1)) / D)
+    W_tilde = (1 + block.input_layernorm.weight.double().numpy())[:, None] * W * r.mean() / s
+    row = heads[(heads.layer == index) & (heads["head"] == head)].iloc[0]
+    assert row.smooth_b == pytest.approx(np.trace(sigma @ W_tilde), rel=1e-4, abs=1e-7)
+    assert row.smooth_c == pytest.approx(np.trace(W_tilde.T @ sigma @ W_tilde), rel=1e-4)
