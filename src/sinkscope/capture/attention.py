@@ -19,8 +19,9 @@ from torch import Tensor
 from sinkscope.errors import SinkscopeError
 
 NAME = "sinkscope"
-# Elements of one (B, H, Q, K) block of logits; a few float32 temporaries of this size exist at once.
-BLOCK_ELEMENTS = 1 << 22
+# Elements of one (B, H, Q, K) block of logits (4 MB in float32): small enough to stay near the cache, large
+# enough for the q·kᵀ product to run at matrix speed.
+BLOCK_ELEMENTS = 1 << 20
 
 BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 """`observer(layer, q_start, probs (B,H,Q,K), entropy (B,H,Q) nats, out (B,H,Q,Dv))` for every block."""
@@ -47,7 +48,7 @@ def blocked_attention(
     `query` (B, H, T, D), `key`/`value` (B, KV, T, D): query head h reads kv head `h // (H // KV)` (GQA) without
     copying keys. `attention_mask`: None (plain causal), boolean (True = attend) or additive float, broadcastable
     to (B, 1, T, T). `on_block(q_start, probs, entropy, out)` sees each block; `entropy` is the row entropy in
-    nats computed from the logits (`H = m + log Z - Σ p s`), which saves a pass over the block.
+    nats computed from the shifted logits (`H = log Z - Σ p s'`), which saves a logarithm over the block.
     """
     B, H, T, D = query.shape
     KV, Dv = key.shape[1], value.shape[-1]
@@ -63,19 +64,20 @@ def blocked_attention(
         logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scaling).view(B, H, Q, stop)
         if softcap is not None:
             logits = torch.tanh(logits / softcap).mul_(softcap)
+        # Keys before `start` are visible to every query of the block; only the block's own corner needs the mask.
         if attention_mask is None:
-            causal = torch.ones(Q, stop, dtype=torch.bool, device=query.device).tril(start)
-            logits.masked_fill_(~causal, floor)
+            corner = logits[..., start:stop]
+            corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(1), floor)
         elif attention_mask.dtype == torch.bool:
             logits.masked_fill_(~attention_mask[:, :, start:stop, :stop], floor)
         else:
             logits.add_(attention_mask[:, :, start:stop, :stop]).clamp_(min=floor)
-        top = logits.amax(-1, keepdim=True)
-        probs = (logits - top).exp_()
+        logits.sub_(logits.amax(-1, keepdim=True))  # shifted logits s' ≤ 0
+        probs = logits.exp()
         total = probs.sum(-1, keepdim=True)
         probs.div_(total)
-        # Masked logits are the float32 floor and carry zero probability, so p·s adds nothing there.
-        entropy = (top + total.log()).squeeze(-1) - (probs * logits).sum(-1)
+        # Row entropy H = log Z - Σ_j p_j s'_j (masked s' is the float32 floor, where p = 0 adds nothing).
+        entropy = total.squeeze(-1).log() - torch.einsum("...k,...k->...", probs, logits)
         block = torch.matmul(probs.view(B, KV, group * Q, stop), value[:, :, :stop].float())
         block = block.view(B, H, Q, Dv)
         on_block(start, probs, entropy, block)

@@ -94,7 +94,7 @@ def pattern_block_sums(
     valid = (rows >= 1).view(1, 1, Q)  # queries t ≥ 1
     hard_sink = (col0 >= 1 - delta) & valid
     hard_diag = (diag >= 1 - delta) & valid
-    keys = probs.sum((0, 2), dtype=torch.float64)  # (H, K)
+    keys = probs.sum((0, 2)).double()  # (H, K): float32 within a block, float64 across blocks
     sums = {
         "sink": col0.sum((0, 2)),
         "diag": (diag * valid).sum((0, 2)),
@@ -102,7 +102,7 @@ def pattern_block_sums(
         "entropy": (entropy * valid).sum((0, 2)),
         "hard_sink": hard_sink.sum((0, 2)).double(),
         "hard_diag": hard_diag.sum((0, 2)).double(),
-        "upper_mass": (corner * above).sum((0, 2, 3), dtype=torch.float64),
+        "upper_mass": (corner * above).sum((0, 2, 3)).double(),
         "row_total": keys.sum(-1),
         "keys": keys,
     }
