@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 EPILOG = """examples:
-  sinkscope train-bb --out runs/bb                       # default run (~2-4 min on one CPU thread)
+  sinkscope train-bb --out runs/bb                       # default run (~1 min on one free CPU core)
   sinkscope train-bb --out runs/bb_relu --attention relu --weight-decay 1.0
-  sinkscope train-bb --out runs/bb_grid --grid ablations # default + no BOS, sink logit, ReLU, gate, wd sweep
+  sinkscope train-bb --out runs/bb_grid --grid ablations # 14 runs: no BOS, RoPE, sink logit, ReLU, gate, wd sweep
   sinkscope train-bb --out runs/x --set model.n_layers=1 --set task.p_copy=0.5
   sinkscope train-bb --out runs/g --grid my_grid.json    # {"name": {"train.weight_decay": 0.3}, ...}
 outputs: config.json, metrics.parquet, summary.json, checkpoints/*.safetensors, figures/*.png, report.html
