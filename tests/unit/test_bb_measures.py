@@ -96,11 +96,12 @@ def test_value_drain_and_qk_norms_by_loop() -> None:
 
 
 def test_pattern_classes_and_cost_ratio() -> None:
-    assert classify_pattern(0.9, 0.05, 0.0, 1.0) == "sink"
-    assert classify_pattern(0.1, 0.8, 0.1, 1.0) == "diagonal"
-    assert classify_pattern(0.1, 0.1, 0.7, 1.0) == "previous"
-    assert classify_pattern(0.3, 0.3, 0.3, 1.0) == "mixed"
-    assert classify_pattern(0.1, 0.1, 0.0, 0.2) == "null"
+    assert classify_pattern(0.9, 0.05, 0.0, 1.0, 0.2) == "sink"
+    assert classify_pattern(0.1, 0.8, 0.1, 1.0, 0.3) == "diagonal"
+    assert classify_pattern(0.1, 0.1, 0.7, 1.0, 0.3) == "previous"
+    assert classify_pattern(0.3, 0.3, 0.3, 1.0, 0.6) == "mixed"
+    assert classify_pattern(0.13, 0.12, 0.1, 1.0, 0.98) == "dense"
+    assert classify_pattern(0.1, 0.1, 0.0, 0.2, 0.9) == "null"
     pred = cost_predictions(64, 3)
     n, v = 61, 64  # SPEC §7 closed forms, written out
     assert abs(pred["pred_sink_nuclear_per_kappa"] - math.sqrt(n * v / (v + 1))) < 1e-9

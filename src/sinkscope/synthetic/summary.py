@@ -15,19 +15,21 @@ if TYPE_CHECKING:
 
 # A head's pattern on non-trigger queries: "null" when its rows carry < NULL_MASS in total (learned sink logit,
 # ReLU), else "sink"/"diagonal"/"previous" when ≥ PATTERN_MASS of the row's mass is on position 0/the query
-# itself/position t-k (the copy pattern kept on every query), else "mixed".
+# itself/position t-k (the copy pattern kept on every query), else "dense" when the SPEC §2 entropy is
+# ≥ DENSE_ENTROPY (close to uniform over the visible keys), else "mixed".
 NULL_MASS = 0.5
 PATTERN_MASS = 0.5
+DENSE_ENTROPY = 0.95
 
 
-def classify_pattern(bos_attn: float, diag_attn: float, prev_attn: float, row_mass: float) -> str:
-    """The head's pattern on non-trigger queries from its mean masses (thresholds above)."""
+def classify_pattern(bos_attn: float, diag_attn: float, prev_attn: float, row_mass: float, entropy: float) -> str:
+    """The head's pattern on non-trigger queries from its mean masses and entropy (thresholds above)."""
     if row_mass < NULL_MASS:
         return "null"
     for name, mass in (("sink", bos_attn), ("diagonal", diag_attn), ("previous", prev_attn)):
         if mass >= PATTERN_MASS * row_mass:
             return name
-    return "mixed"
+    return "dense" if entropy >= DENSE_ENTROPY else "mixed"
 
 
 def cost_predictions(vocab_size: int, n_triggers: int) -> dict[str, float]:
@@ -75,9 +77,11 @@ def summarize(metrics: pd.DataFrame, config: RunConfig, seconds: float) -> dict[
         heads.append({
             "layer": int(row.layer),
             "head": int(row.head),
-            "pattern": classify_pattern(row.bos_attn, row.diag_attn, row.prev_attn, row.row_mass),
+            "pattern": classify_pattern(
+                row.bos_attn, row.diag_attn, row.prev_attn, row.row_mass, row.entropy
+            ),
             **{k: float(getattr(row, k)) for k in (
-                "bos_attn", "diag_attn", "prev_attn", "copy_attn", "row_mass", "gate_plain", "sink_logit",
+                "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "sink_logit",
                 "value_drain", "bos_resid_ratio", "wqk_nuclear", "wqk_frobenius", "sink_margin", "diag_margin",
             )},
         })
@@ -85,7 +89,7 @@ def summarize(metrics: pd.DataFrame, config: RunConfig, seconds: float) -> dict[
     layer, head = int(copy_row["layer"]), int(copy_row["head"])
     history = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].sort_values("step")
     pattern = classify_pattern(
-        copy_row["bos_attn"], copy_row["diag_attn"], copy_row["prev_attn"], copy_row["row_mass"]
+        copy_row["bos_attn"], copy_row["diag_attn"], copy_row["prev_attn"], copy_row["row_mass"], copy_row["entropy"]
     )
     pred = cost_predictions(config.task.vocab_size, config.task.n_triggers)
     margin = copy_row["diag_margin"] if pattern == "diagonal" else copy_row["sink_margin"]
@@ -101,7 +105,8 @@ def summarize(metrics: pd.DataFrame, config: RunConfig, seconds: float) -> dict[
         "copy_acc": float(copy_row["copy_acc"]),
         "copy_head": {"layer": layer, "head": head, "pattern": pattern},
         "copy_head_final": {k: float(copy_row[k]) for k in (
-            "bos_attn", "diag_attn", "prev_attn", "copy_attn", "row_mass", "gate_plain", "gate_copy", "sink_logit",
+            "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "gate_copy",
+            "sink_logit",
             "value_drain", "bos_resid_ratio", "wqk_nuclear", "wqk_frobenius", "sink_margin", "diag_margin",
             "z_norm_sq",
         )},
