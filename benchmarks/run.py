@@ -72,26 +72,17 @@ def run_worker(
     layers: int = 0,
 ) -> dict:
     """One method in a fresh process; its JSON result, or {"note": why it failed}."""
-    command = [
-        python,
-        str(HERE / "worker.py"),
-        "--method",
-        method,
-        "--model",
-        args.model,
-        "--ids",
-        str(ids_path),
-        "--batch",
-        str(batch),
-        "--repeats",
-        str(repeats),
-        "--threads",
-        str(args.threads),
-        "--layers",
-        str(layers),
-        "--warmup",
-        "0" if method == "sinkscope-geom" else "1",  # its warm-up would solve the certificates twice
-    ]
+    flags = {
+        "--method": method,
+        "--model": args.model,
+        "--ids": ids_path,
+        "--batch": batch,
+        "--repeats": repeats,
+        "--threads": args.threads,
+        "--layers": layers,
+        "--warmup": 0 if method == "sinkscope-geom" else 1,  # its warm-up would solve the certificates twice
+    }
+    command = [python, str(HERE / "worker.py"), *(str(item) for pair in flags.items() for item in pair)]
     load = os.getloadavg()[0]
     started = time.perf_counter()
     try:
@@ -125,8 +116,8 @@ def ratio(value: float | None, floor: float | None) -> str:
 
 def result_table(rows: list[dict], floors: dict) -> list[str]:
     lines = [
-        "| T | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| T | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | load | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         floor = floors.get((row["seq_len"], row.get("layers_kept", 0)), {})
@@ -141,7 +132,8 @@ def result_table(rows: list[dict], floors: dict) -> list[str]:
                 "" if value is None else f"{value / scale:.{digits}f}",
                 ratio(value, floor.get(key)),
             ]
-        lines.append("| " + " | ".join([*cells, row.get("note", "")]) + " |")
+        load = f"{row['load_before']:.1f}→{row['load_after']:.1f}" if "load_before" in row else ""
+        lines.append("| " + " | ".join([*cells, load, row.get("note", "")]) + " |")
     return lines
 
 
@@ -285,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{minutes:.1f} min; 1-min load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end",
     ]
+    busy = max(row.get("load_before", 0) for row in rows + depth)
+    if busy > args.threads + 0.5:
+        lines.append(
+            f"WARNING: load average reached {busy:.1f} before a worker: other processes shared the CPUs"
+        )
     print("\n" + "\n".join(lines))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
