@@ -1,6 +1,6 @@
 """Training of the gBB lab (SPEC §7): AdamW, deterministic on CPU, periodic evaluation, checkpoints, report.
 
-A run directory holds `config.json` (task, model, training configs), `metrics.parquet` (one row per eval step,
+A run directory holds `config.json` (task, model, training configs and package versions), `metrics.parquet` (one row per eval step,
 layer and head; see `evaluation.METRIC_COLUMNS`), `summary.json` (final numbers and the copy head's pattern),
 `checkpoints/step_XXXXXX.safetensors`, `figures/*.png` and a self-contained `report.html`. It is written to a
 temporary sibling directory and renamed at the end.
@@ -163,6 +163,14 @@ def _train_loop(
     return pd.DataFrame(rows), model
 
 
+def _versions() -> dict[str, str]:
+    """Package versions saved with every run (config.json)."""
+    import platform
+    from importlib.metadata import version
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "sinkscope": version("sinkscope")}
+
+
 def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: bool = True) -> dict[str, Any]:
     """Train one lab model on the gBB task and write its run directory (see module doc); returns the summary."""
     from sinkscope.synthetic.report_page import write_figures, write_report
@@ -177,7 +185,7 @@ def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: boo
     torch.set_num_threads(config.train.threads)
     started = time.perf_counter()
     try:
-        (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+        (tmp / "config.json").write_text(json.dumps({**config.to_dict(), "versions": _versions()}, indent=2))
         eval_batch = task.sample(config.train.eval_batch_size, torch.Generator().manual_seed(config.train.seed + 1))
         metrics, model = _train_loop(config, task, eval_batch, tmp, log)
         metrics.to_parquet(tmp / "metrics.parquet", index=False)
