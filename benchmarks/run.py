@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,16 @@ def token_windows(corpus: str, tokenizer, seq_len: int, count: int):
     return ids, corpus
 
 
+def busy_cpu_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy since boot (Linux /proc/stat; 0 elsewhere)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def source_state() -> str:
     """The commit measured, and whether src/ differed from it (numbers move with the code)."""
     try:
@@ -83,18 +94,26 @@ def run_worker(
         "--warmup": 0 if method == "sinkscope-geom" else 1,  # its warm-up would solve the certificates twice
     }
     command = [python, str(HERE / "worker.py"), *(str(item) for pair in flags.items() for item in pair)]
-    load = os.getloadavg()[0]
+    load, busy, children = (
+        os.getloadavg()[0],
+        busy_cpu_seconds(),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {"method": method, "note": f"timed out after {args.timeout} s"}
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    worker_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    # Other processes' share of the machine while the worker ran: what contention the timing suffered.
+    others = (busy_cpu_seconds() - busy - worker_cpu) / (wall * (os.cpu_count() or 1))
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return {"method": method, "note": f"failed (exit {done.returncode}): {last}"}
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result |= {"load_before": load, "load_after": os.getloadavg()[0], "wall_seconds": wall}
+    result |= {"load_before": load, "others_cpu_share": max(0.0, others), "wall_seconds": wall}
     return result
 
 
@@ -116,7 +135,7 @@ def ratio(value: float | None, floor: float | None) -> str:
 
 def result_table(rows: list[dict], floors: dict) -> list[str]:
     lines = [
-        "| T | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | load | note |",
+        "| T | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | others' CPU | note |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -132,8 +151,8 @@ def result_table(rows: list[dict], floors: dict) -> list[str]:
                 "" if value is None else f"{value / scale:.{digits}f}",
                 ratio(value, floor.get(key)),
             ]
-        load = f"{row['load_before']:.1f}→{row['load_after']:.1f}" if "load_before" in row else ""
-        lines.append("| " + " | ".join([*cells, load, row.get("note", "")]) + " |")
+        others = f"{row['others_cpu_share']:.0%}" if "others_cpu_share" in row else ""
+        lines.append("| " + " | ".join([*cells, others, row.get("note", "")]) + " |")
     return lines
 
 
@@ -277,11 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{minutes:.1f} min; 1-min load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end",
     ]
-    busy = max(row.get("load_before", 0) for row in rows + depth)
-    if busy > args.threads + 0.5:
-        lines.append(
-            f"WARNING: load average reached {busy:.1f} before a worker: other processes shared the CPUs"
-        )
+    busy = max(row.get("others_cpu_share", 0) for row in rows + depth)
+    if busy > 0.05:
+        lines.append(f"WARNING: other processes used up to {busy:.0%} of the CPUs while a worker ran")
     print("\n" + "\n".join(lines))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
