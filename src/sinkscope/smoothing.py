@@ -234,6 +234,7 @@ class SmoothingCollector:
                 d_obs = float(observed[head, -1] - observed[head, 0])
                 row = {"layer": layer, "head": head if head < H else -1, **row}
                 row["smooth_dcos_obs"] = d_obs
+                row["smooth_lambda_peak_obs"] = float(self.lambdas[int(np.argmax(observed[head]))])  # on the grid
                 row["smooth_sign_agree"] = row["smooth_dense_more"] == (d_obs > 0)
                 rows.append(row)
                 for k, lam in enumerate(self.lambdas.tolist()):
