@@ -75,12 +75,14 @@ def test_traces_curves_and_reference_match_brute_force(tiny):
             assert row.smooth_b_measured == pytest.approx(np.trace(W @ cross), rel=1e-4, abs=1e-7)
             assert row.smooth_c_measured == pytest.approx(np.trace(W.T @ np.cov(Zc.T, bias=True) @ W), rel=1e-4)
             curve = curves[(curves.layer == index) & (curves["head"] == head)].sort_values("lam")
+            brute = []
             for lam, cos_obs, cos_pred in zip(curve.lam, curve.cos_obs, curve.cos_pred):
                 A = th.interpolated_attention(T_ctx, lam, causal=True)
-                observed = np.mean([pairwise_cosine_loop(h[w, 1:] + A @ z[w, 1:] @ W) for w in range(len(ids))])
-                assert cos_obs == pytest.approx(observed, abs=1e-5)
+                brute.append(np.mean([pairwise_cosine_loop(h[w, 1:] + A @ z[w, 1:] @ W) for w in range(len(ids))]))
+                assert cos_obs == pytest.approx(brute[-1], abs=1e-5)
                 G = th.second_moments(mu, sigma, W_tilde, A)
                 assert cos_pred == pytest.approx(th.mean_expected_cosine(G), abs=1e-6)
+            assert row.smooth_lambda_peak_obs == LAMBDAS[int(np.argmax(brute))]
         real = np.mean([pairwise_cosine_loop(mids[index][w, 1:].numpy()) for w in range(len(ids))])
         layer_row = layers[layers.layer == index].iloc[0]
         assert layer_row.smooth_cos_real == pytest.approx(real, abs=1e-5)
