@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import math
-import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.provenance import package_versions
 from sinkscope.run import Run
 from sinkscope.stats.patterns import finalize_pattern_scores, head_class
 from sinkscope.stats.switch import finalize_switch
@@ -215,19 +215,4 @@ def summary(heads: pd.DataFrame, epsilon: float) -> dict:
         "mean_sink_score": float(heads["sink_score"].mean()),
         "mean_diag_score": float(heads["diag_score"].mean()),
         "head_classes": {k: int(v) for k, v in heads["head_class"].value_counts().items()},
-    }
-
-
-def package_versions() -> dict:
-    import transformers
-
-    import sinkscope
-
-    return {
-        "sinkscope": sinkscope.__version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "numpy": np.__version__,
-        "pandas": pd.__version__,
-        "python": platform.python_version(),
     }

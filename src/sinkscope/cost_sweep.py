@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.provenance import package_versions
 from sinkscope.theory.cost import InfeasiblePatternError, ProblemTooLargeError, pattern_cost
 from sinkscope.theory.cost_closed_forms import NORMS, PATTERNS, kappa_for_mass, orthonormal_cost
 
@@ -250,18 +251,6 @@ def fit_exponents(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(fits, columns=[*keys, "exponent", "prefactor", "points"])
 
 
-def _package_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for name in ("sinkscope", "numpy", "cvxpy", "clarabel", "scs", "pandas", "torch", "transformers"):
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
 def run_cost_sweep(
     config: CostSweepConfig, out: Path, overwrite: bool = False, progress: bool = False
 ) -> pd.DataFrame:
@@ -279,7 +268,7 @@ def run_cost_sweep(
         fits.to_csv(staging / "fits.csv", index=False)
         write_figures(frame, staging / "figures")
         record = dict(
-            config=asdict(config), versions=_package_versions(), seconds=time.perf_counter() - start,
+            config=asdict(config), versions=package_versions(), seconds=time.perf_counter() - start,
             rows=len(frame), statuses=frame["status"].value_counts().to_dict(),
         )
         if "model" in config.families:  # SPEC §8: model identity (file sha256) and corpus identity

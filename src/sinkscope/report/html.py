@@ -5,7 +5,6 @@ The PNGs are also written to `figures/` so they can be pasted into a paper draft
 
 from __future__ import annotations
 
-import base64
 import html
 import os
 from pathlib import Path
@@ -26,12 +25,6 @@ th{background:#f4f6f7;text-align:left} td.num{text-align:right;font-variant-nume
 figure{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top} img{max-width:100%}
 figcaption{font-size:.85em;color:#566573} .note{color:#566573;font-size:.9em}
 """
-
-
-def _img(png: bytes, caption: str) -> str:
-    data = base64.b64encode(png).decode()
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}"><figcaption>' \
-        f"{html.escape(caption)}</figcaption></figure>"
 
 
 def _summary_table(runs: list[Run]) -> str:
@@ -80,7 +73,7 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
     sections = []
     if len(runs) > 1:
         named = [(f"{i + 1}: {run.name}", run.layers) for i, run in enumerate(runs)]
-        sections.append("<h2>Comparison</h2>" + _img(plots.figure_png(plots.compare_runs(named)),
+        sections.append("<h2>Comparison</h2>" + plots.embed_png(plots.figure_png(plots.compare_runs(named)),
                                                     "Sink rate and BOS cosine against relative depth"))
     for index, run in enumerate(runs):
         figures = run_figures(run)
@@ -95,7 +88,7 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
             f"BOS id={meta['corpus'].get('bos_id')}, dtype={meta['model'].get('dtype')}, "
             f"sinkscope {meta['versions'].get('sinkscope')}, transformers {meta['versions'].get('transformers')}"
         )
-        body = "".join(_img(png, caption) for _, caption, png in figures)
+        body = "".join(plots.embed_png(png, caption) for _, caption, png in figures)
         body += switch_section(run.heads, run.layers, run.extra.get("ablation"))
         sections.append(f"<h2>{title}</h2><p class='note'>{details}</p>{body}")
     page = (

@@ -5,6 +5,8 @@ Each function takes the run's tables and returns a `Figure`; `figure_png` turns 
 
 from __future__ import annotations
 
+import base64
+import html
 import io
 
 import matplotlib
@@ -22,6 +24,18 @@ HEAD_CLASS_COLORS = {
     "dense": "#b7950b",
     "mixed": "#909497",
 }
+
+
+def embed_png(png: bytes, caption: str) -> str:
+    """An HTML `<figure>` with the PNG inlined as base64 (the report stays one self-contained file)."""
+    data = base64.b64encode(png).decode()
+    caption = html.escape(caption)
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
+
+
+def has_columns(frame: pd.DataFrame | None, *columns: str) -> bool:
+    """Whether a table exists, is not empty and has all `columns` (report sections skip panels otherwise)."""
+    return frame is not None and not frame.empty and all(c in frame.columns for c in columns)
 
 
 def figure_png(fig: Figure) -> bytes:

@@ -8,27 +8,16 @@ a run lacks are left out with a note, so older run directories still render.
 
 from __future__ import annotations
 
-import base64
 import html
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import figure_png
+from sinkscope.report.plots import embed_png, figure_png, has_columns
 
 SWITCH_COUNTS = ("switch_n_off_sink", "switch_n_off_nosink", "switch_n_on_sink", "switch_n_on_nosink")
 SELECTION_COLORS = {"lowest-ahon-ln": "#2471a3", "highest-hard-sink": "#c0392b", "random": "#7f8c8d"}
-
-
-def _img(fig: Figure, caption: str) -> str:
-    data = base64.b64encode(figure_png(fig)).decode()
-    caption = html.escape(caption)
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
-
-
-def _has(frame: pd.DataFrame | None, *columns: str) -> bool:
-    return frame is not None and not frame.empty and all(c in frame.columns for c in columns)
 
 
 def switch_table(heads: pd.DataFrame) -> pd.DataFrame:
@@ -161,8 +150,8 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
     """HTML fragment (an `<h2>` section) with the switch, geometry, per-head and ablation panels."""
     parts = ["<h2>Attention switch, sink geometry and ablations</h2>"]
     notes = []
-    if _has(heads, "layer", "head", *SWITCH_COUNTS):
-        parts.append(_img(switch_figure(heads), "Switched-off × hard-sink per layer (SPEC §3)"))
+    if has_columns(heads, "layer", "head", *SWITCH_COUNTS):
+        parts.append(embed_png(figure_png(switch_figure(heads)), "Switched-off × hard-sink per layer (SPEC §3)"))
         table = switch_table(heads)
         parts.append(
             "<details><summary>2×2 counts per layer</summary>"
@@ -172,14 +161,14 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
         )
     else:
         notes.append("switch counts missing from heads.parquet")
-    if _has(layers, "layer", "gamma1", "gamma2"):
-        parts.append(_img(geometry_figure(layers), "Sink margin γ1·γ2 and BOS cosine per layer (SPEC §4)"))
+    if has_columns(layers, "layer", "gamma1", "gamma2"):
+        parts.append(embed_png(figure_png(geometry_figure(layers)), "Sink margin γ1·γ2 and BOS cosine per layer (SPEC §4)"))
     else:
         notes.append("gamma1/gamma2 missing from layers.parquet")
-    if _has(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
-        parts.append(_img(head_grid_figure(heads), "Value drain and AHON-LN per head (SPEC §3)"))
-    if _has(ablation, "selection", "fraction", "delta_loss"):
-        parts.append(_img(ablation_figure(ablation), "Loss change when heads are switched off"))
+    if has_columns(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
+        parts.append(embed_png(figure_png(head_grid_figure(heads)), "Value drain and AHON-LN per head (SPEC §3)"))
+    if has_columns(ablation, "selection", "fraction", "delta_loss"):
+        parts.append(embed_png(figure_png(ablation_figure(ablation)), "Loss change when heads are switched off"))
         summary = (
             ablation.groupby(["selection", "fraction"])
             .agg(n_heads=("n_heads", "first"), delta_loss=("delta_loss", "mean"), delta_std=("delta_loss", "std"))

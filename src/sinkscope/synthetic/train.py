@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch.nn import functional as F
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.provenance import package_versions
 from sinkscope.synthetic.bigram_backcopy import GBBBatch, GBBConfig, GBBTask
 from sinkscope.synthetic.evaluation import evaluate
 from sinkscope.synthetic.summary import summarize
@@ -163,14 +164,6 @@ def _train_loop(
     return pd.DataFrame(rows), model
 
 
-def _versions() -> dict[str, str]:
-    """Package versions saved with every run (config.json)."""
-    import platform
-    from importlib.metadata import version
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "sinkscope": version("sinkscope")}
-
-
 def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: bool = True) -> dict[str, Any]:
     """Train one lab model on the gBB task and write its run directory (see module doc); returns the summary."""
     from sinkscope.synthetic.report_page import write_figures, write_report
@@ -185,7 +178,7 @@ def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: boo
     torch.set_num_threads(config.train.threads)
     started = time.perf_counter()
     try:
-        (tmp / "config.json").write_text(json.dumps({**config.to_dict(), "versions": _versions()}, indent=2))
+        (tmp / "config.json").write_text(json.dumps({**config.to_dict(), "versions": package_versions()}, indent=2))
         eval_batch = task.sample(config.train.eval_batch_size, torch.Generator().manual_seed(config.train.seed + 1))
         metrics, model = _train_loop(config, task, eval_batch, tmp, log)
         metrics.to_parquet(tmp / "metrics.parquet", index=False)
