@@ -88,14 +88,15 @@ class PatternScores:
         self.seq_len = 0
 
     def add(self, patterns: list[Tensor]) -> None:
-        """`patterns`: one (B, H, T, T) map per layer."""
-        attn = torch.stack([p.double() for p in patterns])  # (L, B, H, T, T)
-        sink = attn[..., 0].sum((1, 3))  # (L, H)
-        diag = attn.diagonal(dim1=-2, dim2=-1)[..., 1:].sum((1, 3))
+        """`patterns`: one (B, H, T, T) map per layer; summed in float64 without copying the maps."""
+        sink = torch.stack([p[..., 0].sum((0, 2), dtype=torch.float64) for p in patterns])  # (L, H)
+        diag = torch.stack(
+            [p.diagonal(dim1=-2, dim2=-1)[..., 1:].sum((0, 2), dtype=torch.float64) for p in patterns]
+        )
         self.sink = sink if self.sink is None else self.sink + sink
         self.diag = diag if self.diag is None else self.diag + diag
-        self.windows += attn.shape[1]
-        self.seq_len = attn.shape[-1]
+        self.windows += patterns[0].shape[0]
+        self.seq_len = patterns[0].shape[-1]
 
     def scores(self) -> dict[str, list[list[float]]]:
         W, T = self.windows, self.seq_len
