@@ -8,26 +8,17 @@ the three tables of `sinkscope.smoothing.smoothing_analysis`; missing tables or 
 
 from __future__ import annotations
 
-import base64
-import html
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import figure_png
+from sinkscope.report.plots import embed_png, figure_png, has_columns
 
 HEAD_COLUMNS = ("layer", "head", "smooth_b", "smooth_c", "smooth_dense_more", "smooth_dcos_pred", "smooth_dcos_obs")
 
 
 def _img(fig: Figure, caption: str) -> str:
-    data = base64.b64encode(figure_png(fig)).decode()
-    caption = html.escape(caption)
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
-
-
-def _has(frame: pd.DataFrame | None, *columns: str) -> bool:
-    return frame is not None and not frame.empty and all(c in frame.columns for c in columns)
+    return embed_png(figure_png(fig), caption)
 
 
 def smoothing_summary(heads: pd.DataFrame) -> dict:
@@ -136,7 +127,7 @@ def layer_figure(layers: pd.DataFrame, curves: pd.DataFrame) -> Figure:
 def smoothing_section(heads: pd.DataFrame, layers: pd.DataFrame | None = None, curves: pd.DataFrame | None = None) -> str:
     """HTML fragment (an `<h2>` section) with the oversmoothing numbers and figures of SPEC §5."""
     parts = ["<h2>Oversmoothing: does dense attention smooth more? (SPEC §5)</h2>"]
-    if not _has(heads, *HEAD_COLUMNS):
+    if not has_columns(heads, *HEAD_COLUMNS):
         return parts[0] + '<p class="note">Not shown: no smoothing columns in heads.parquet (run analyze --smoothing).</p>'
     s = smoothing_summary(heads)
     text = (
@@ -153,9 +144,9 @@ def smoothing_section(heads: pd.DataFrame, layers: pd.DataFrame | None = None, c
     parts.append(f"<p>{text}</p><p>Heads whose observed cosine falls with density (counteracting smoothing): {counter}.</p>")
     parts.append(_img(fraction_figure(heads), "Fraction of heads per layer with 2b + c > 0, and observed"))
     parts.append(_img(scatter_figure(heads), "Predicted vs observed Δcos = cos(λ=1) − cos(λ=0), one point per head"))
-    if _has(curves, "layer", "head", "lam", "cos_pred", "cos_obs"):
+    if has_columns(curves, "layer", "head", "lam", "cos_pred", "cos_obs"):
         parts.append(_img(curves_figure(heads, curves), "Predicted vs observed λ-curves for a few heads"))
-        if _has(layers, "layer", "smooth_cos_input", "smooth_cos_real"):
+        if has_columns(layers, "layer", "smooth_cos_input", "smooth_cos_real"):
             parts.append(_img(layer_figure(layers, curves), "Whole layer: λ = 0, λ = 1 and the real attention pattern"))
     else:
         parts.append('<p class="note">Not shown: λ-curves (no smoothing curves table).</p>')
