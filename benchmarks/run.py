@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--corpus", default="builtin:prose")
     parser.add_argument("--seq-lens", type=int_list, default=[256, 1024, 4096])
-    parser.add_argument("--windows", type=int_list, default=[32, 8, 1], help="windows per length")
+    parser.add_argument("--windows", type=int_list, default=[32, 8, 2], help="windows per length")
     parser.add_argument("--batch", type=int_list, default=[8, 2, 1], help="batch size per length")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the windows (median)")
     parser.add_argument("--threads", type=int, default=2)

@@ -1,0 +1,134 @@
+"""Where `sinkscope analyze` spends its time, next to the floor (a plain sdpa forward of the base model).
+
+Wraps sinkscope's capture and statistics functions, and torch's sdpa, with wall-clock timers (CPU torch ops are
+synchronous, so a timer around a call measures that call), runs one warm-up and one timed pass of each, and
+prints seconds per part. "attention core" is `blocked_attention` less the statistics it hands blocks to.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/profile_analyze.py --seq-len 1024 --windows 4 --batch 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import time
+from collections import defaultdict
+
+import torch
+
+SECONDS: dict[str, float] = defaultdict(float)
+CALLS: dict[str, int] = defaultdict(int)
+
+
+def timed(name: str, function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            SECONDS[name] += time.perf_counter() - started
+            CALLS[name] += 1
+
+    return wrapper
+
+
+def instrument() -> None:
+    """Replace the functions sinkscope calls by name with timed versions."""
+    import torch.nn.functional as F
+
+    from sinkscope.capture import attention, collector
+
+    F.scaled_dot_product_attention = timed("sdpa", F.scaled_dot_product_attention)
+    attention.blocked_attention = timed("blocked_attention", attention.blocked_attention)
+    for name in ("pattern_block_sums", "switch_block_sums", "bos_geometry_sums", "value_drain"):
+        setattr(collector, name, timed(name, getattr(collector, name)))
+    for name in ("on_block", "on_values", "on_layer_input", "end_batch"):
+        setattr(collector.StatsCollector, name, timed(name, getattr(collector.StatsCollector, name)))
+
+
+def split(total: float) -> list[tuple[str, float, int]]:
+    """(part, seconds, calls) of one sinkscope pass of `total` seconds."""
+    s, n = SECONDS, CALLS
+    on_block_rest = s["on_block"] - s["pattern_block_sums"] - s["switch_block_sums"]
+    layer_rest = s["on_layer_input"] - s["bos_geometry_sums"]
+    parts = [
+        (
+            "attention core (logits, softmax, entropy, P·V)",
+            s["blocked_attention"] - s["on_block"],
+            n["blocked_attention"],
+        ),
+        ("  pattern_block_sums", s["pattern_block_sums"], n["pattern_block_sums"]),
+        ("  switch_block_sums", s["switch_block_sums"], n["switch_block_sums"]),
+        ("  rest of on_block (finite checks, accumulator adds)", on_block_rest, n["on_block"]),
+        ("on_values (value norms, value drain)", s["on_values"], n["on_values"]),
+        ("bos_geometry_sums", s["bos_geometry_sums"], n["bos_geometry_sums"]),
+        ("rest of on_layer_input (certificate sample)", layer_rest, n["on_layer_input"]),
+    ]
+    inside = sum(seconds for _, seconds, _ in parts)
+    return [*parts, ("model outside attention and hooks, tabulate", total - inside, 1)]
+
+
+@torch.no_grad()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--geometry-cap", type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(args.threads)
+
+    import sinkscope
+    from sinkscope.analyze import AnalyzeConfig, analyze
+    from sinkscope.capture.attention import block_rows
+    from sinkscope.corpus.windows import TokenWindows
+
+    instrument()
+    lm = sinkscope.load_model(args.model)
+    stream = sinkscope.windows(
+        "builtin:prose", lm.tokenizer, args.seq_len, args.windows, batch_size=args.windows
+    )
+    ids = torch.cat(list(stream))
+    config = AnalyzeConfig(geometry_cap=args.geometry_cap)
+
+    def floor() -> None:
+        for batch in ids.split(args.batch):
+            lm.base(input_ids=batch, use_cache=False)
+
+    def sinkscope_pass() -> None:
+        analyze(lm, TokenWindows(ids, batch_size=args.batch), config, progress=False)
+
+    results = {}
+    for name, run in (("floor", floor), ("sinkscope", sinkscope_pass)):
+        run()  # warm-up
+        SECONDS.clear()
+        CALLS.clear()
+        started = time.perf_counter()
+        run()
+        results[name] = (time.perf_counter() - started, dict(SECONDS), dict(CALLS))
+    tokens = ids.numel()
+    floor_total, floor_seconds, _ = results["floor"]
+    total, _, _ = results["sinkscope"]
+    H = lm.layout.n_heads
+    print(f"{args.model}, T={args.seq_len}, {len(ids)} windows, batch {args.batch}, {args.threads} threads; "
+          f"{block_rows(args.batch, H, args.seq_len)} query rows per block")  # fmt: skip
+    print(
+        f"floor      {floor_total:7.2f} s  {tokens / floor_total:6.0f} tok/s  (sdpa {floor_seconds.get('sdpa', 0):.2f} s)"
+    )
+    print(
+        f"sinkscope  {total:7.2f} s  {tokens / total:6.0f} tok/s  ({floor_total / total:.2f}× the floor's speed)"
+    )
+    for part, seconds, calls in split(total):
+        print(f"  {part:55s} {seconds:7.2f} s  {seconds / total:5.1%}  {calls:6d} calls")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
