@@ -144,3 +144,17 @@ def test_run_roundtrip_and_report(tmp_path):
     assert (tmp_path / "run" / "report.html").read_text().count("data:image/png;base64") >= 5
     assert sorted(p.name for p in (tmp_path / "run" / "figures").iterdir())
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_bfloat16_model_accumulates_in_float64_and_stays_close_to_float32():
+    ids = token_windows(4)
+    lm32 = build("llama", attn="sdpa")
+    lm16 = build("llama", attn="sdpa")
+    lm16.model.to(torch.bfloat16)
+    lm16.identity["dtype"] = "bfloat16"
+    run32, run16 = (analyze(lm, TokenWindows(ids), AnalyzeConfig(geometry_cap=0), progress=False)
+                    for lm in (lm32, lm16))
+    for column in ("sink_score", "diag_score", "entropy"):
+        assert run16.heads[column].dtype == "float64"
+        torch.testing.assert_close(torch.tensor(run16.heads[column].to_numpy()),
+                                   torch.tensor(run32.heads[column].to_numpy()), atol=3e-2, rtol=0)
