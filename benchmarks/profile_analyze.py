@@ -117,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     floor_total, floor_seconds, _ = results["floor"]
     total, _, _ = results["sinkscope"]
     H = lm.layout.n_heads
-    print(f"{args.model}, T={args.seq_len}, {len(ids)} windows, batch {args.batch}, {args.threads} threads; "
-          f"{block_rows(args.batch, H, args.seq_len)} query rows per block")  # fmt: skip
+    print(
+        f"{args.model}, T={args.seq_len}, {len(ids)} windows, batch {args.batch}, {args.threads} threads; "
+        f"{block_rows(args.batch, H, args.seq_len)} query rows per block"
+    )
     print(
         f"floor      {floor_total:7.2f} s  {tokens / floor_total:6.0f} tok/s  (sdpa {floor_seconds.get('sdpa', 0):.2f} s)"
     )
