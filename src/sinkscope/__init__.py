@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_model": "sinkscope.models.load",
     "windows": "sinkscope.corpus.windows",
-    "analyze": "sinkscope.analyze",
-    "AnalyzeConfig": "sinkscope.analyze",
+    "analyze": "sinkscope.analysis",
+    "AnalyzeConfig": "sinkscope.analysis",
     "Run": "sinkscope.run",
     "SinkscopeError": "sinkscope.errors",
 }

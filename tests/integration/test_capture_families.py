@@ -19,7 +19,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from sinkscope.analyze import AnalyzeConfig, analyze
+from sinkscope.analysis import AnalyzeConfig, analyze
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import family_for, input_norm_module, value_output_maps
 from sinkscope.models.load import LoadedModel

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sinkscope.analyze import analyze
+from sinkscope.analysis import analyze
 from sinkscope.capture.collector import StatsCollector
 from sinkscope.checkpoint import save_checkpoint
 from sinkscope.corpus.windows import TokenWindows

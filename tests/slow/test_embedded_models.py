@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from sinkscope.analyze import analyze
+from sinkscope.analysis import analyze
 from sinkscope.corpus.windows import windows
 from sinkscope.models.load import load_model
 

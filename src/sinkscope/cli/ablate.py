@@ -60,7 +60,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sinkscope.ablate import AblateConfig, check_out_dir, curve_summary, run_ablation, save_ablation
-    from sinkscope.analyze import check_seq_len
+    from sinkscope.analysis import check_seq_len
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
 

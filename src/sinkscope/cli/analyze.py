@@ -64,7 +64,7 @@ def init_distributed(device: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sinkscope.analyze import AnalyzeConfig, analyze, check_seq_len
+    from sinkscope.analysis import AnalyzeConfig, analyze, check_seq_len
     from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
     from sinkscope.errors import SinkscopeError
