@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     import sinkscope
-    from sinkscope.analyze import AnalyzeConfig, analyze
+    from sinkscope.analysis import AnalyzeConfig, analyze
     from sinkscope.capture.attention import block_rows
     from sinkscope.corpus.windows import TokenWindows
 
