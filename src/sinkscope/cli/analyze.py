@@ -42,6 +42,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="save the streaming state every N windows next to --out (default: never)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
+    parser.add_argument("--smoothing", action="store_true",
+                        help="also the SPEC §5 oversmoothing columns (smooth_*) and λ-curves: one more pass")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -98,6 +100,16 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if rank != 0:
         return 0
+    if args.smoothing:
+        from sinkscope.smoothing import add_smoothing
+
+        stream.shard, stream.skip = (0, 1), 0  # a second pass, on rank 0 alone, over every window
+        add_smoothing(result, lm, stream)
+        smooth = result.meta["smoothing"]
+        print(
+            f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "
+            f"{smooth['frac_observed_rise']:.3f}; sign agreement {smooth['sign_agreement']:.3f}"
+        )
     result.save(out, overwrite=args.overwrite)
     summary = result.meta["summary"]
     print(
