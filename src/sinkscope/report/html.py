@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sinkscope.report import plots
+from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
         )
         body = "".join(plots.embed_png(png, caption) for _, caption, png in figures)
         body += switch_section(run.heads, run.layers, run.extra.get("ablation"))
+        if "smooth_b" in run.heads.columns:  # analyze --smoothing
+            body += smoothing_section(run.heads, run.layers, run.extra.get("smoothing_curves"))
         sections.append(f"<h2>{title}</h2><p class='note'>{details}</p>{body}")
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>sinkscope report</title>"
