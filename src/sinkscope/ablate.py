@@ -18,8 +18,6 @@ pass over a few windows. Loss is the mean cross-entropy of the full causal LM ov
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -36,6 +34,7 @@ from torch import Tensor
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.staging import staged_directory
 
 Head = tuple[int, int]  # (layer, head)
 MODES = ("zero", "bos")
@@ -446,18 +445,10 @@ def save_ablation(
 
     directory = Path(directory)
     check_out_dir(directory, overwrite)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-"))
-    try:
+    with staged_directory(directory) as staging:
         curve.to_parquet(staging / "ablation.parquet", index=False)
         scores.to_parquet(staging / "head_scores.parquet", index=False)
         (staging / "ablation.json").write_text(json.dumps(meta, indent=2, default=str))
         (staging / "figures").mkdir()
         (staging / "figures" / "ablation_curve.png").write_bytes(figure_png(ablation_figure(curve)))
-        if directory.exists():
-            shutil.rmtree(directory)
-        staging.rename(directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return directory

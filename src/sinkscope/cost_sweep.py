@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -30,6 +28,7 @@ import pandas as pd
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.provenance import package_versions
+from sinkscope.staging import staged_directory
 from sinkscope.theory.cost import InfeasiblePatternError, ProblemTooLargeError, pattern_cost
 from sinkscope.theory.cost_closed_forms import NORMS, PATTERNS, kappa_for_mass, orthonormal_cost
 
@@ -261,9 +260,7 @@ def run_cost_sweep(
     start = time.perf_counter()
     frame = cost_rows(config, progress=progress)
     fits = fit_exponents(frame)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_directory(out) as staging:
         frame.to_parquet(staging / "cost.parquet", index=False)
         fits.to_csv(staging / "fits.csv", index=False)
         write_figures(frame, staging / "figures")
@@ -275,12 +272,6 @@ def run_cost_sweep(
             record["model"] = _load_model_cached(config.model).identity
             record["corpus"] = dict(source=config.corpus, windows=config.seeds, seq_lens=[T + 1 for T in config.Ts])
         (staging / "run.json").write_text(json.dumps(record, indent=2, default=str))
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return frame
 
 

@@ -6,14 +6,13 @@ Written to a temporary sibling directory and renamed into place, so a crash neve
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.staging import staged_directory
 
 TABLES = ("heads", "layers", "positions")
 
@@ -37,9 +36,7 @@ class Run:
         """Write the run directory atomically; `report` also draws the figures and report.html."""
         directory = Path(directory)
         ensure_writable(directory, overwrite)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-"))
-        try:
+        with staged_directory(directory) as staging:
             (staging / "run.json").write_text(json.dumps(self.meta, indent=2, default=str))
             for name in TABLES:
                 getattr(self, name).to_parquet(staging / f"{name}.parquet", index=False)
@@ -49,13 +46,6 @@ class Run:
                 from sinkscope.report.html import write_report
 
                 write_report([self], staging / "report.html", figures_dir=staging / "figures")
-            staging.chmod(0o755)  # mkdtemp makes it private; a run directory is meant to be shared
-            if directory.exists():
-                shutil.rmtree(directory)
-            staging.rename(directory)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return directory
 
     @classmethod

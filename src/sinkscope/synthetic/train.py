@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -24,6 +22,7 @@ from torch.nn import functional as F
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.provenance import package_versions
+from sinkscope.staging import staged_directory
 from sinkscope.synthetic.bigram_backcopy import GBBBatch, GBBConfig, GBBTask
 from sinkscope.synthetic.evaluation import evaluate
 from sinkscope.synthetic.summary import summarize
@@ -172,27 +171,19 @@ def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: boo
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise SinkscopeError(f"--out {out_dir}: exists and is not empty; choose another folder or pass --overwrite")
     task = GBBTask.from_config(config.task)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.train.threads)
     started = time.perf_counter()
     try:
-        (tmp / "config.json").write_text(json.dumps({**config.to_dict(), "versions": package_versions()}, indent=2))
-        eval_batch = task.sample(config.train.eval_batch_size, torch.Generator().manual_seed(config.train.seed + 1))
-        metrics, model = _train_loop(config, task, eval_batch, tmp, log)
-        metrics.to_parquet(tmp / "metrics.parquet", index=False)
-        summary = summarize(metrics, config, seconds=time.perf_counter() - started)
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
-        figures = write_figures(metrics, model, eval_batch, tmp / "figures")
-        write_report(tmp / "report.html", config, summary, figures)
-        tmp.chmod(0o755)  # mkdtemp makes it private
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staged_directory(out_dir) as tmp:
+            (tmp / "config.json").write_text(json.dumps({**config.to_dict(), "versions": package_versions()}, indent=2))
+            eval_batch = task.sample(config.train.eval_batch_size, torch.Generator().manual_seed(config.train.seed + 1))
+            metrics, model = _train_loop(config, task, eval_batch, tmp, log)
+            metrics.to_parquet(tmp / "metrics.parquet", index=False)
+            summary = summarize(metrics, config, seconds=time.perf_counter() - started)
+            (tmp / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
+            figures = write_figures(metrics, model, eval_batch, tmp / "figures")
+            write_report(tmp / "report.html", config, summary, figures)
     finally:
         torch.set_num_threads(previous_threads)
     return summary
