@@ -7,20 +7,22 @@ from sinkscope.capture.accumulator import Accumulator
 from sinkscope.capture.attention import blocked_attention
 
 
-def test_merge_and_save_roundtrip(tmp_path):
+def test_sums_and_maxima_and_their_all_reduce():
+    import torch.distributed as dist
+
     a = Accumulator({"s": (2, 3), "m": (2,)}, maxima=frozenset({"m"}))
-    b = Accumulator({"s": (2, 3), "m": (2,)}, maxima=frozenset({"m"}))
     a.add("s", (0,), torch.ones(3))
+    a.add("s", (0,), 2 * torch.ones(3))
     a.add("m", (...,), torch.tensor([1.0, 5.0]))
-    b.add("s", (0,), 2 * torch.ones(3))
-    b.add("m", (...,), torch.tensor([3.0, 2.0]))
-    a.merge(b)
+    a.add("m", (...,), torch.tensor([3.0, 2.0]))
     assert a.tensors["s"][0].tolist() == [3, 3, 3] and a.tensors["s"][1].sum() == 0
-    assert a.tensors["m"].tolist() == [3, 5]
-    a.save(tmp_path / "acc.safetensors")
-    c = Accumulator({"s": (2, 3), "m": (2,)}, maxima=frozenset({"m"}))
-    c.load(tmp_path / "acc.safetensors")
-    assert torch.equal(c.tensors["s"], a.tensors["s"])
+    assert a.tensors["m"].tolist() == [3, 5] and a.tensors["s"].dtype == torch.float64
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29561", rank=0, world_size=1)
+    try:
+        a.all_reduce()  # one rank: unchanged
+    finally:
+        dist.destroy_process_group()
+    assert a.tensors["m"].tolist() == [3, 5] and a.tensors["s"][0].tolist() == [3, 3, 3]
 
 
 def reference(query, key, value, mask, scaling, softcap):

@@ -1,13 +1,11 @@
 """Named float64 tensors that merge by sum (or by max): the streaming state of a run (STYLE practice 7).
 
 Their size depends on the model and T only, never on the number of windows, so a run over any corpus holds
-constant memory; two accumulators over disjoint windows merge into the accumulator of their union, which is
-what data-parallel ranks and resumed runs rely on.
+constant memory; accumulators over disjoint windows combine (sum or max) into the accumulator of their union,
+which is what data-parallel ranks rely on.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -37,11 +35,6 @@ class Accumulator:
         else:
             target[index] += value
 
-    def merge(self, other: Accumulator) -> None:
-        """Fold another accumulator over disjoint windows into this one."""
-        for name, tensor in other.tensors.items():
-            self.add(name, (...,), tensor)
-
     def all_reduce(self) -> None:
         """Combine the accumulators of every `torch.distributed` rank in place (sum / max)."""
         import torch.distributed as dist
@@ -49,21 +42,3 @@ class Accumulator:
         for name, tensor in self.tensors.items():
             op = dist.ReduceOp.MAX if name in self.maxima else dist.ReduceOp.SUM
             dist.all_reduce(tensor, op=op)
-
-    def save(self, path: Path) -> None:
-        """Write to a safetensors file atomically (temp file, then rename)."""
-        from safetensors.torch import save_file
-
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        save_file({k: v.contiguous().cpu() for k, v in self.tensors.items()}, str(tmp))
-        tmp.replace(path)
-
-    def load(self, path: Path) -> None:
-        """Replace the state with one saved by `save` (shapes must match)."""
-        from safetensors.torch import load_file
-
-        saved = load_file(str(path))
-        for name, tensor in self.tensors.items():
-            if saved[name].shape != tensor.shape:
-                raise ValueError(f"checkpoint {path}: {name} has shape {tuple(saved[name].shape)}")
-            tensor.copy_(saved[name])
