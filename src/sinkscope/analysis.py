@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import time
@@ -68,6 +69,7 @@ def analyze(
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
+    smoothing: bool = False,
 ) -> Run:
     """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows.
 
@@ -75,6 +77,8 @@ def analyze(
     `windows.shard`) and the accumulators are all-reduced, so every rank returns the result of the whole corpus.
     With `checkpoint_dir` and `checkpoint_every` N, the streaming state is saved every N windows (per rank);
     `resume` continues from it. The checkpoint directory is removed once the run completes.
+    `smoothing` also computes the SPEC §5 tables (`sinkscope.smoothing`) in the same forward passes; their sums
+    are neither all-reduced nor checkpointed, so it needs a single process and a run that is not resumed.
     """
     from tqdm.auto import tqdm
 
@@ -92,6 +96,13 @@ def analyze(
     fingerprint["corpus"].pop("windows", None)
     if resume and checkpoint_dir is not None:
         windows.skip = load_checkpoint(collector, Path(checkpoint_dir), rank, fingerprint)
+    if smoothing and (world > 1 or windows.skip):
+        raise SinkscopeError("smoothing in the capture pass needs one process and a fresh run; use add_smoothing")
+    smoother = None
+    if smoothing:
+        from sinkscope.smoothing import SmoothingCollector
+
+        smoother = SmoothingCollector(lm)
     attention = {index: attention_module(lm.family, block) for index, block in enumerate(blocks)}
     total = None if windows.max_windows is None else math.ceil(windows.max_windows / world / windows.batch_size)
     started = time.perf_counter()
@@ -99,6 +110,7 @@ def analyze(
     with (
         layer_input_hooks(lm, collector.on_layer_input),
         watch_attention(lm.model, attention, collector.on_block, collector.on_values),
+        smoother.hooks() if smoother else contextlib.nullcontext(),
     ):
         bar = tqdm(windows, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
@@ -128,12 +140,17 @@ def analyze(
         },
         "summary": summary(heads, config.epsilon),
     }
+    run = Run(meta=meta, heads=heads, layers=layers, positions=positions)
+    if smoother is not None:
+        from sinkscope.smoothing import merge_smoothing
+
+        merge_smoothing(run, smoother.tables())
     if checkpoint_dir is not None and Path(checkpoint_dir).is_dir():
         if world > 1:
             torch.distributed.barrier()
         if rank == 0:
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    return Run(meta=meta, heads=heads, layers=layers, positions=positions)
+    return run
 
 
 def distributed_shard() -> tuple[int, int]:

@@ -323,9 +323,13 @@ def add_smoothing(run, lm: LoadedModel, windows: Iterable[Tensor]) -> None:
     """Run `smoothing_analysis` and merge it into an analysis `Run` (SPEC §8): per-head columns into
     `run.heads` on (layer, head), per-layer columns into `run.layers`, the λ-curves as the extra table
     `smoothing_curves`, and the model-level numbers into `run.meta["smoothing"]`."""
+    merge_smoothing(run, smoothing_analysis(lm, windows))
+
+
+def merge_smoothing(run, tables: SmoothingTables) -> None:
+    """Merge smoothing tables into an analysis `Run` (see `add_smoothing`)."""
     from sinkscope.report.smoothing_section import smoothing_summary
 
-    tables = smoothing_analysis(lm, windows)
     run.heads = run.heads.merge(tables.heads, on=["layer", "head"], how="left")
     run.layers = run.layers.merge(tables.layers, on="layer", how="left")
     run.extra["smoothing_curves"] = tables.curves

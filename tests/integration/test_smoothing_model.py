@@ -120,6 +120,22 @@ def test_add_smoothing_merges_into_a_run(tiny):
     assert run.meta["smoothing"]["n_heads"] == 2 * N_HEADS
 
 
+def test_smoothing_in_the_capture_pass_equals_its_own_pass(tiny):
+    """analyze(smoothing=True) shares the forward pass that sinkscope's attention function computes; the tables
+    must equal those of a separate plain pass (where the model's own eager attention runs)."""
+    from sinkscope.analysis import AnalyzeConfig, analyze
+    from sinkscope.corpus.windows import TokenWindows
+
+    lm, ids, (heads, layers, _) = tiny
+    run = analyze(lm, TokenWindows(ids, batch_size=3), AnalyzeConfig(geometry_cap=0), progress=False, smoothing=True)
+    got = run.heads.set_index(["layer", "head"]).sort_index()
+    expected = heads.set_index(["layer", "head"]).sort_index()
+    for column in ("smooth_b", "smooth_c", "smooth_dcos_obs", "smooth_dcos_pred"):
+        assert got[column].to_numpy() == pytest.approx(expected[column].to_numpy(), rel=1e-5, abs=1e-7), column
+    assert run.layers["smooth_cos_real"].to_numpy() == pytest.approx(layers["smooth_cos_real"].to_numpy(), abs=1e-6)
+    assert "sink_score" in run.heads and "smoothing_curves" in run.extra
+
+
 def test_post_attention_norm_enters_the_value_path():
     """Gemma 3's sandwich norm: observed curves use its real per-query scale and gain, β = mean scale."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig

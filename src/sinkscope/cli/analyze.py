@@ -43,7 +43,7 @@ def add_parser(subparsers) -> None:
                         help="save the streaming state every N windows next to --out (default: never)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
     parser.add_argument("--smoothing", action="store_true",
-                        help="also the SPEC §5 oversmoothing columns (smooth_*) and λ-curves: one more pass")
+                        help="also the SPEC §5 oversmoothing columns (smooth_*) and λ-curves")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -94,17 +94,19 @@ def run(args: argparse.Namespace) -> int:
         bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
     )  # fmt: skip
     stream.shard = rank, world
+    smoothing_in_pass = args.smoothing and world == 1 and not args.resume
     result = analyze(
         lm, stream, config, progress=not args.quiet, checkpoint_dir=out.with_name(f".{out.name}.checkpoint"),
-        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=smoothing_in_pass,
     )  # fmt: skip
     if rank != 0:
         return 0
     if args.smoothing:
-        from sinkscope.smoothing import add_smoothing
+        if not smoothing_in_pass:
+            from sinkscope.smoothing import add_smoothing
 
-        stream.shard, stream.skip = (0, 1), 0  # a second pass, on rank 0 alone, over every window
-        add_smoothing(result, lm, stream)
+            stream.shard, stream.skip = (0, 1), 0  # its sums do not merge: a second pass on rank 0 alone
+            add_smoothing(result, lm, stream)
         smooth = result.meta["smoothing"]
         print(
             f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "
