@@ -145,3 +145,23 @@ def test_nonpositive_bos_cosine_implies_h2():
     assert (contexts @ sink <= 1e-12).all()
     geometry = sink_geometry(contexts, sink)
     assert geometry.h2 and geometry.gamma2 >= np.linalg.norm(sink) - 1e-7
+
+
+@pytest.mark.parametrize("T,d,shift", [(40, 30, 0.0), (40, 30, 0.5), (120, 16, 0.2), (30, 200, 0.0)])
+def test_min_norm_point_matches_a_general_qp_and_its_optimality_condition(T, d, shift):
+    # Independent checks: Clarabel's interior-point QP on the same problem, and the first-order condition of
+    # the minimum-norm point x of conv(P): x·P_j ≥ |x|² for every j.
+    import cvxpy as cp
+
+    from sinkscope.theory.halfspace import min_norm_point
+
+    rng = np.random.default_rng(T + d)
+    points = rng.normal(size=(T, d)) + shift
+    target = rng.normal(size=d) * 0.1
+    weights, residual = min_norm_point(points, target)
+    _check_convex(weights, T)
+    w = cp.Variable(T)
+    cp.Problem(cp.Minimize(cp.sum_squares(points.T @ w - target)), [w >= 0, cp.sum(w) == 1]).solve("CLARABEL")
+    assert np.linalg.norm(residual) == pytest.approx(np.linalg.norm(target - w.value @ points), abs=1e-6)
+    x = -residual  # = w·P with P = points - target
+    assert ((points - target) @ x).min() >= x @ x - 1e-10
