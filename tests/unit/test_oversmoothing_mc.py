@@ -10,9 +10,9 @@ import zlib
 
 import numpy as np
 import pytest
+import smoothing_mc as mc
 
 from sinkscope.theory import oversmoothing as th
-from sinkscope.theory import smoothing_mc as mc
 
 T = 8
 N_SAMPLES = 2000

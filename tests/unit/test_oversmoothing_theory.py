@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from smoothing_mc import normalise
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.theory import oversmoothing as th
-from sinkscope.theory.smoothing_mc import normalise
 
 
 def random_problem(d: int = 12, seed: int = 0):
