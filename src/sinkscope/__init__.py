@@ -20,6 +20,7 @@ _EXPORTS = {
     "AnalyzeConfig": "sinkscope.analysis",
     "Run": "sinkscope.run",
     "SinkscopeError": "sinkscope.errors",
+    "view": "sinkscope.explorer.page",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -1,0 +1,44 @@
+"""`sinkscope view`: one text's attention as an interactive, self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLE = """examples:
+  sinkscope view --model smollm2-135m --text "The cat sat on the mat." --out cat.html
+  sinkscope view --model smollm2-135m --file notes.txt --seq-len 256 --out notes.html
+The page works offline from file:// (open it in any browser); what it shows and how the maps are quantised:
+docs/view.md"""
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "view",
+        help="write an interactive attention explorer page for one text",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", default="smollm2-135m", help="embedded name, model dir, .gguf file or hub id")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text to look at")
+    source.add_argument("--file", help="a text file (blank-line separated documents are joined with EOS)")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="keep the first N tokens including BOS (default: the whole text, at most 1024)")
+    parser.add_argument("--out", required=True, help="HTML file to write")
+    parser.add_argument("--bos-id", type=int, default=None, help="BOS id (default: tokenizer's BOS, else EOS)")
+    parser.add_argument("--epsilon", type=float, default=0.3, help="sink threshold ε of the head class (default 0.3)")
+    parser.add_argument("--delta", type=float, default=0.1, help="hard-pattern threshold δ (default 0.1)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sinkscope.explorer.page import view
+
+    page = view(
+        args.model, args.text, file=args.file, seq_len=args.seq_len, out=args.out, bos_id=args.bos_id,
+        epsilon=args.epsilon, delta=args.delta, device=args.device, dtype=args.dtype,
+    )  # fmt: skip
+    print(f"wrote {page.path} ({page.n_tokens} tokens, {page.size_bytes / 1e6:.2f} MB)")
+    return 0

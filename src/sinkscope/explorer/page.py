@@ -1,0 +1,202 @@
+"""`sinkscope.view`: one text's attention as a self-contained HTML page (no network, works from file://).
+
+Code builds the data, the Jinja2 template (`templates/view.html.j2`) builds the markup and holds the inline JS.
+Per head the page shows the SPEC §2 scores and head class of `sinkscope.stats.patterns` (same thresholds as
+`analyze`) computed from the full-precision maps of this one text; per layer the BOS geometry of SPEC §4
+(`sinkscope.stats.geometry`) and the MLP-like fraction of SPEC §3; the maps themselves are embedded quantised
+(`sinkscope.explorer.quantise`: every causal entry to within 7.6e-6).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from sinkscope.corpus.sources import documents
+from sinkscope.errors import SinkscopeError
+from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
+from sinkscope.explorer.quantise import LEVELS, QUANT_ERROR, quantise_maps
+from sinkscope.models.load import LoadedModel
+from sinkscope.stats.geometry import bos_cosine, bos_norm_ratio
+from sinkscope.stats.patterns import (
+    HEAD_CLASS_THRESHOLDS,
+    diag_score,
+    entropy_score,
+    hard_diag_frac,
+    hard_sink_frac,
+    head_class,
+    pattern_block_sums,
+    prev_score,
+    sink_score,
+)
+from sinkscope.stats.switch import value_drain
+
+TOP_SINKS = 3  # strongest non-BOS keys marked per head
+DISPLAY_DECIMALS = 6  # hover values: quantisation 7.6e-6 + display rounding 5e-7 < 1e-5
+
+
+@dataclass
+class ViewPage:
+    """A rendered page: `html` (the whole self-contained document) and where it was written, if anywhere."""
+
+    html: str
+    n_tokens: int
+    path: Path | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.html.encode("utf-8"))
+
+    def save(self, path: str | Path) -> Path:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.html, encoding="utf-8")
+        return self.path
+
+    def _repr_html_(self) -> str:
+        """Notebooks show the page in an iframe (its scripts run there as from a file)."""
+        return f'<iframe srcdoc="{html.escape(self.html)}" style="width:100%;height:900px;border:0"></iframe>'
+
+
+def received_scores(attn: Tensor) -> Tensor:
+    """SPEC §2 key-token `received_k = mean_{t=k+1..T-1} A[t,k]` for keys k = 1..T-2. (..., T, T) → (..., T-2)."""
+    T = attn.shape[-1]
+    below = attn.tril(-1).sum(-2)[..., 1 : T - 1]  # Σ_{t>k} A[t,k]
+    return below / torch.arange(T - 2, 0, -1, dtype=attn.dtype, device=attn.device)
+
+
+def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) -> list[list[dict]]:
+    """Per (layer, head) of one text: SPEC §2 scores, head class, value drain and the strongest non-BOS keys."""
+    a = attn.double()
+    scores = {
+        "sink": sink_score(a),
+        "diag": diag_score(a),
+        "prev": prev_score(a),
+        "entropy": entropy_score(a),
+        "hard_sink": hard_sink_frac(a, delta),
+        "hard_diag": hard_diag_frac(a, delta),
+        "value_drain": value_drain(value_norms.double()),
+    }
+    received = received_scores(a) if a.shape[-1] > 2 else a.new_zeros(*a.shape[:2], 0)
+    top = received.topk(min(TOP_SINKS, received.shape[-1]), dim=-1)
+    L, H = a.shape[:2]
+    table = []
+    for layer in range(L):
+        row = []
+        for head in range(H):
+            cell = {name: round(float(value[layer, head]), 4) for name, value in scores.items()}
+            cell["cls"] = head_class(cell["sink"], cell["diag"], cell["prev"], float(scores["entropy"][layer, head]),
+                                     epsilon)  # fmt: skip
+            cell["sinks"] = [
+                [int(k) + 1, round(float(v), 4)]
+                for k, v in zip(top.indices[layer, head], top.values[layer, head])
+            ]
+            row.append(cell)
+        table.append(row)
+    return table
+
+
+def layer_table(capture: TextCapture, delta: float) -> list[dict]:
+    """Per layer of one text: BOS cosine of z and norm ratio of h (SPEC §4), and the MLP-like tokens (SPEC §3):
+    queries t ≥ 1 at which every head is hard-sink or hard-diagonal."""
+    cos = bos_cosine(capture.z).double()  # (L, T-1)
+    ratio_h, ratio_z = bos_norm_ratio(capture.h), bos_norm_ratio(capture.z)
+    rows = []
+    for layer in range(capture.attn.shape[0]):
+        _, hard_sink, hard_diag = pattern_block_sums(capture.attn[layer][None], 0, delta)
+        mlp = (hard_sink | hard_diag).all(dim=1)[0]  # (T,), false at t = 0
+        rows.append({
+            "cos_z_mean": round(float(cos[layer].mean()), 4),
+            "cos_z_max": round(float(cos[layer].max()), 4),
+            "cos_z_nonpos": round(float((cos[layer] <= 0).double().mean()), 4),
+            "norm_ratio_h": round(float(ratio_h[layer]), 3),
+            "norm_ratio_z": round(float(ratio_z[layer]), 3),
+            "mlp_like": round(float(mlp[1:].double().mean()), 4),
+            "mlp_tokens": mlp.nonzero().flatten().tolist(),
+        })  # fmt: skip
+    return rows
+
+
+def token_labels(tokenizer, ids: Tensor) -> list[str]:
+    """Each token's own text (`decode` of the single id)."""
+    return [tokenizer.decode([int(i)]) for i in ids]
+
+
+def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: float) -> dict:
+    """Everything the page shows except the maps, as JSON-ready values."""
+    L, H, T, _ = capture.attn.shape
+    return {
+        "model": {k: v for k, v in lm.identity.items() if isinstance(v, str | int | float)},
+        "n_layers": L,
+        "n_heads": H,
+        "n_tokens": T,
+        "ids": capture.ids.tolist(),
+        "tokens": token_labels(lm.tokenizer, capture.ids),
+        "heads": head_table(capture.attn, capture.value_norms, epsilon, delta),
+        "layers": layer_table(capture, delta),
+        "thresholds": {"epsilon": epsilon, "delta": delta, **HEAD_CLASS_THRESHOLDS},
+        "quant": {"levels": LEVELS, "error": QUANT_ERROR, "decimals": DISPLAY_DECIMALS},
+    }
+
+
+def render(data: dict, maps: str) -> str:
+    """The page: the template with `data` as JSON and the quantised maps as base64."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("sinkscope.explorer", "templates"), autoescape=select_autoescape())
+    # JSON inside <script> must not contain "</" (it would end the element); "<\/" parses to the same string.
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    return env.get_template("view.html.j2").render(data=data, data_json=payload, maps=maps)
+
+
+def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float) -> list[str]:
+    if (text is None) == (file is None):
+        raise SinkscopeError("pass exactly one of --text or --file")
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not 0 < value < 1:
+            raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
+    if text is not None:
+        return [text]
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise SinkscopeError(f"--file {path} does not exist or is not a file")
+    return list(documents(str(path)))
+
+
+def view(
+    model: str | LoadedModel,
+    text: str | None = None,
+    *,
+    file: str | Path | None = None,
+    seq_len: int | None = None,
+    out: str | Path | None = None,
+    bos_id: int | None = None,
+    epsilon: float = 0.3,
+    delta: float = 0.1,
+    device: str = "cpu",
+    dtype: str = "float32",
+) -> ViewPage:
+    """An interactive page of one text's attention (every head's map, head classes, BOS geometry per layer).
+
+    `model`: a `LoadedModel` or anything `sinkscope.load_model` takes. `text` or `file` (a text file is split
+    into documents at blank lines and joined with EOS, as a corpus window is); the text is BOS-prefixed and cut
+    to `seq_len` tokens (default: all, at most 1024). `epsilon`/`delta`: the sink and hard-pattern thresholds of
+    `analyze`. Writes the page to `out` when given. See docs/view.md.
+    """
+    docs = _check_args(text, file, epsilon, delta)
+    check_length(seq_len)
+    if isinstance(model, str):
+        from sinkscope.models.load import load_model
+
+        model = load_model(model, device=device, dtype=dtype)
+    ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
+    capture = capture_text(model, ids)
+    page = ViewPage(render(page_data(model, capture, epsilon, delta), quantise_maps(capture.attn)), len(ids))
+    if out is not None:
+        page.save(out)
+    return page

@@ -1,0 +1,144 @@
+"""`sinkscope view` pages in a real headless Chromium: clean load, head maps, exact hover values, keyboard.
+
+The page comes from a tiny random Llama with sharpened queries; the reference attention is that model's own
+`output_attentions=True` under eager attention (tests/integration/view_model.py), computed without sinkscope.
+"""
+
+import pytest
+
+from integration.view_model import TEXT, eager_attention, save_sharp_llama
+from sinkscope.explorer.page import view
+from sinkscope.explorer.quantise import QUANT_ERROR
+
+pytestmark = pytest.mark.browser
+TOLERANCE = QUANT_ERROR + 5e-7 + 1e-6  # quantisation + 6-decimal display + float32 differences between paths
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("view")
+    model_dir = save_sharp_llama(directory / "model")
+    page = view(str(model_dir), TEXT, out=directory / "view.html")
+    ids, attn = eager_attention(model_dir, TEXT)
+    return page, attn
+
+
+def ready(open_page, page):
+    loaded = open_page(page.path, viewport=(1400, 1000))
+    loaded.page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    return loaded
+
+
+def hover_cell(pw_page, t: int, k: int) -> dict:
+    canvas = pw_page.locator("#map")
+    geo = canvas.evaluate("c => ({cell: +c.dataset.cell, left: +c.dataset.left, top: +c.dataset.top})")
+    x, y = geo["left"] + (k + 0.5) * geo["cell"], geo["top"] + (t + 0.5) * geo["cell"]
+    canvas.hover(position={"x": x, "y": y})
+    return pw_page.locator("#tip").evaluate("e => ({...e.dataset, text: e.textContent, shown: e.style.display})")
+
+
+def test_page_loads_clean(open_page, built):
+    page, attn = built
+    loaded = ready(open_page, page)
+    loaded.assert_clean()
+    L, H = attn.shape[:2]
+    assert loaded.page.locator("#grid .cell").count() == L * H
+    assert loaded.page.locator(".tok").count() == attn.shape[-1]
+
+
+def test_clicking_a_head_shows_its_map_and_hover_gives_the_models_attention(open_page, built):
+    page, attn = built
+    loaded = ready(open_page, page)
+    pw_page = loaded.page
+    pw_page.click("#grid .cell[data-layer='1'][data-head='2']")
+    title = pw_page.locator("#map-title")
+    assert title.get_attribute("data-layer") == "1" and title.get_attribute("data-head") == "2"
+    assert "Layer 1, head 2" in title.text_content()
+    T = attn.shape[-1]
+    assert pw_page.locator("#map").evaluate("c => c.width") >= T * int(pw_page.locator("#map").get_attribute("data-cell"))
+    for t, k in [(0, 0), (5, 0), (17, 9), (T - 1, T - 2), (T - 1, 3), (T // 2, T // 2)]:
+        tip = hover_cell(pw_page, t, k)
+        assert tip["shown"] == "block" and (int(tip["query"]), int(tip["key"])) == (t, k)
+        assert abs(float(tip["value"]) - float(attn[1, 2, t, k])) <= TOLERANCE, (t, k, tip)
+    tip = hover_cell(pw_page, 3, 10)
+    assert float(tip["value"]) == 0 and "masked" in tip["text"]
+    loaded.assert_clean()
+
+
+def test_keyboard_moves_between_heads_and_layers(open_page, built):
+    page, attn = built
+    L, H = attn.shape[:2]
+    loaded = ready(open_page, page)
+    pw_page = loaded.page
+    title = pw_page.locator("#map-title")
+
+    def at() -> tuple[int, int]:
+        return int(title.get_attribute("data-layer")), int(title.get_attribute("data-head"))
+
+    assert at() == (0, 0)
+    pw_page.keyboard.press("ArrowRight")
+    assert at() == (0, 1)
+    pw_page.keyboard.press("ArrowDown")
+    assert at() == (1, 1)
+    pw_page.keyboard.press("ArrowUp")
+    pw_page.keyboard.press("ArrowLeft")
+    pw_page.keyboard.press("ArrowLeft")
+    assert at() == (L - 1, H - 1)  # ← from the first head wraps to the last head of the previous layer
+    assert pw_page.locator(f"#grid .cell[data-layer='{L - 1}'][data-head='{H - 1}']").get_attribute("class").endswith("sel")
+    tip = hover_cell(pw_page, 8, 2)
+    assert abs(float(tip["value"]) - float(attn[L - 1, H - 1, 8, 2])) <= TOLERANCE
+    pw_page.keyboard.press("l")
+    assert pw_page.locator("#scale").input_value() == "log"
+    loaded.assert_clean()
+
+
+def test_token_strip_shows_where_a_token_attends_across_heads(open_page, built):
+    page, attn = built
+    loaded = ready(open_page, page)
+    pw_page = loaded.page
+    s = 12
+    pw_page.click(f".tok[data-t='{s}']")
+    assert pw_page.locator("#token-panel").is_visible()
+    # The strip is shaded by the current head's (0, 0) row s; each token's title holds the value.
+    for k in (0, 4, s):
+        value = float(pw_page.locator(f".tok[data-t='{k}']").get_attribute("title").split(": ")[1])
+        assert abs(value - float(attn[0, 0, s, k])) <= TOLERANCE
+    L, H = attn.shape[:2]
+    for l in range(L):
+        for h in range(H):
+            tip = pw_page.locator(f"#grid-row .cell[data-layer='{l}'][data-head='{h}']").get_attribute("title")
+            best = int(tip.split("attends most to ")[1].split(" ")[0])
+            assert float(attn[l, h, s, best]) == pytest.approx(float(attn[l, h, s].max()), abs=2 * TOLERANCE)
+            received = pw_page.locator(f"#grid-col .cell[data-layer='{l}'][data-head='{h}']").get_attribute("title")
+            mean = float(received.split("receives ")[1].split(" ")[0])
+            assert mean == pytest.approx(float(attn[l, h, s + 1 :, s].mean()), abs=1e-4)
+    pw_page.select_option("#token-mode", "col")
+    value = float(pw_page.locator(".tok[data-t='20']").get_attribute("title").split(": ")[1])
+    assert abs(value - float(attn[0, 0, 20, s])) <= TOLERANCE
+    # Clicking a head in the token panel opens its map.
+    pw_page.click("#grid-col .cell[data-layer='1'][data-head='3']")
+    assert pw_page.locator("#map-title").get_attribute("data-head") == "3"
+    loaded.assert_clean()
+
+
+def test_threshold_hides_small_entries_and_log_scale_redraws(open_page, built):
+    page, _ = built
+    loaded = ready(open_page, page)
+    pw_page = loaded.page
+
+    def brightness() -> float:  # mean red channel of the map area: white is 255, dark blue 8
+        return pw_page.locator("#map").evaluate(
+            """c => { const d = c.getContext('2d').getImageData(+c.dataset.left, +c.dataset.top,
+                 c.width - c.dataset.left, c.height - c.dataset.top).data;
+               let sum = 0; for (let i = 0; i < d.length; i += 4) sum += d[i];
+               return sum / (d.length / 4); }"""
+        )
+
+    before = brightness()
+    pw_page.fill("#threshold", "0.5")
+    assert brightness() > before  # entries below 0.5 are drawn white
+    pw_page.fill("#threshold", "0")
+    assert brightness() == before
+    pw_page.select_option("#scale", "log")
+    assert brightness() < before  # the log scale lifts small entries off white
+    loaded.assert_clean()

@@ -1,0 +1,58 @@
+"""The view page's packed maps and key scores, against brute force on hand-made causal maps."""
+
+import numpy as np
+import pytest
+import torch
+
+from sinkscope.explorer.page import received_scores
+from sinkscope.explorer.quantise import LEVELS, QUANT_ERROR, dequantise_maps, quantise_maps
+
+
+def causal_maps(L: int, H: int, T: int, sharpness: float, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    logits = sharpness * torch.randn(L, H, T, T, generator=generator)
+    logits = logits.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return logits.softmax(-1)
+
+
+@pytest.mark.parametrize("sharpness", [0.1, 3.0, 30.0])
+def test_quantised_maps_are_within_the_stated_bound(sharpness):
+    attn = causal_maps(3, 2, 17, sharpness)
+    back = dequantise_maps(quantise_maps(attn), 3, 2, 17)
+    assert np.abs(back - attn.double().numpy()).max() <= QUANT_ERROR + 1e-7  # float32 inputs round too
+    assert (back[..., np.triu_indices(17, 1)[0], np.triu_indices(17, 1)[1]] == 0).all()
+
+
+def test_codes_hit_the_ends_exactly():
+    attn = torch.zeros(1, 1, 3, 3)
+    attn[0, 0, :, 0] = 1.0  # all mass on BOS
+    back = dequantise_maps(quantise_maps(attn), 1, 1, 3)
+    assert back[0, 0, :, 0].tolist() == [1.0, 1.0, 1.0] and back[0, 0, :, 1:].sum() == 0
+    assert LEVELS == 65535 and QUANT_ERROR == pytest.approx(7.63e-6, rel=1e-3)
+
+
+def test_received_scores_match_a_loop():
+    attn = causal_maps(2, 3, 9, 2.0).double()
+    got = received_scores(attn)
+    T = 9
+    for l in range(2):
+        for h in range(3):
+            for k in range(1, T - 1):
+                expected = sum(attn[l, h, t, k] for t in range(k + 1, T)) / (T - 1 - k)
+                assert got[l, h, k - 1] == pytest.approx(float(expected), abs=1e-12)
+
+
+def test_sinkscope_view_is_the_function_after_its_modules_are_imported():
+    import importlib
+
+    import sinkscope
+
+    importlib.import_module("sinkscope.explorer.page")
+    assert sinkscope.view is importlib.import_module("sinkscope.explorer.page").view
+
+
+def test_cli_lists_view_with_an_example():
+    from sinkscope.cli.main import build_parser
+
+    help_text = build_parser()._subparsers._group_actions[0].choices["view"].format_help()
+    assert "--text" in help_text and "--file" in help_text and "sinkscope view --model" in help_text
