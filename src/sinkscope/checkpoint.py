@@ -44,10 +44,21 @@ def load_checkpoint(collector: StatsCollector, directory: Path, rank: int, finge
         saved = json.loads(handle.metadata()["fingerprint"])
     expected = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
     if saved != expected:
-        changed = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
         raise SinkscopeError(
-            f"checkpoint {path} belongs to a different analysis (differs in: {', '.join(changed)}); "
-            "rerun without --resume or delete it"
+            f"checkpoint {path} belongs to a different analysis ({'; '.join(_differences(saved, expected))}); "
+            "resume with the arguments of the interrupted run, or rerun without --resume"
         )
     collector.load_state(load_file(str(path)))
     return collector.windows
+
+
+def _differences(saved: dict, expected: dict, prefix: str = "") -> list[str]:
+    """'corpus.max_windows: 48 in the checkpoint, 40 now' for every leaf where two fingerprints differ."""
+    lines = []
+    for key in sorted(set(saved) | set(expected)):
+        old, new = saved.get(key), expected.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            lines += _differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            lines.append(f"{prefix}{key}: {old} in the checkpoint, {new} now")
+    return lines

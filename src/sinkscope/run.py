@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.staging import staged_directory
+from sinkscope.staging import check_replaceable, staged_directory
 
 TABLES = ("heads", "layers", "positions")
 
@@ -54,17 +54,34 @@ class Run:
         directory = Path(directory)
         if not (directory / "run.json").is_file():
             raise SinkscopeError(f"{directory} is not a sinkscope run directory (no run.json)")
-        meta = json.loads((directory / "run.json").read_text())
-        tables = {name: pd.read_parquet(directory / f"{name}.parquet") for name in TABLES}
+        try:
+            meta = json.loads((directory / "run.json").read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise SinkscopeError(f"{directory / 'run.json'} is corrupt ({err}); rerun `sinkscope analyze`") from None
+        if not isinstance(meta, dict) or not all(isinstance(meta.get(k), dict) for k in ("model", "corpus", "summary")):
+            raise SinkscopeError(
+                f"{directory / 'run.json'} lacks the model, corpus or summary of an analyze run; rerun `sinkscope analyze`"
+            )
+        tables = {name: _read_table(directory / f"{name}.parquet") for name in TABLES}
         extra = {
-            path.stem: pd.read_parquet(path) for path in sorted(directory.glob("*.parquet")) if path.stem not in TABLES
+            path.stem: _read_table(path) for path in sorted(directory.glob("*.parquet")) if path.stem not in TABLES
         }
         return cls(meta=meta, extra=extra, **tables)
 
 
+def _read_table(path: Path) -> pd.DataFrame:
+    """One table of a run directory, or one clear line when it is missing or damaged."""
+    if not path.is_file():
+        raise SinkscopeError(f"{path} is missing: the run directory is incomplete; rerun `sinkscope analyze`")
+    try:
+        return pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
+        raise SinkscopeError(
+            f"{path} is not a readable parquet table ({(str(err).splitlines() or [type(err).__name__])[0][:120]}); rerun `sinkscope analyze`"
+        ) from None
+
+
 def ensure_writable(directory: Path, overwrite: bool) -> None:
-    """Refuse to replace an existing non-empty directory unless asked (checked before any work starts)."""
-    if directory.exists() and not directory.is_dir():
-        raise SinkscopeError(f"--out {directory} exists and is not a directory")
-    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
-        raise SinkscopeError(f"--out {directory} already exists; choose another directory or pass --overwrite")
+    """Refuse to replace an existing non-empty directory unless asked, and never one that is not a sinkscope
+    result (checked before any work starts; see `staging.check_replaceable`)."""
+    check_replaceable(directory, overwrite)

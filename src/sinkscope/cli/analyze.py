@@ -63,27 +63,70 @@ def init_distributed(device: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every argument that can be checked without the model, so a typo fails in a second, not after loading."""
+    from sinkscope.errors import SinkscopeError
+
+    if args.seq_len < 2:
+        raise SinkscopeError(f"--seq-len {args.seq_len} is too short: a window needs BOS plus at least 1 token")
+    for name in ("max_windows", "batch_size"):
+        if getattr(args, name) < 1:
+            raise SinkscopeError(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least 1")
+    if args.checkpoint_every < 0:
+        raise SinkscopeError(f"--checkpoint-every {args.checkpoint_every} must be ≥ 0 (0: no checkpoints)")
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that continues this run from its checkpoint."""
+    import shlex
+
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return " ".join(["sinkscope", *map(shlex.quote, argv)])
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sinkscope.analysis import AnalyzeConfig, analyze, check_seq_len
+    from sinkscope.analysis import AnalyzeConfig
     from sinkscope.corpus.sources import check_source
-    from sinkscope.corpus.windows import windows
-    from sinkscope.errors import SinkscopeError
-    from sinkscope.models.load import load_model
-    from sinkscope.run import ensure_writable
+    from sinkscope.staging import claimed_output
 
     out = Path(args.out)
-    ensure_writable(out, args.overwrite)
-    rank, world = init_distributed(args.device)
-    if world > 1 and args.device != "cpu":
-        args.device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"  # one GPU per process
-    check_source(args.corpus)  # a missing corpus file fails before the model loads
-    if args.seq_len < 2:
-        raise SinkscopeError(f"--seq-len {args.seq_len} is too short: a window needs BOS plus at least 1 token")
+    check_arguments(args)
     config = AnalyzeConfig(
         epsilon=args.epsilon, delta=args.delta, tau=args.tau, geometry_cap=args.geometry_cap, seed=args.seed
     )
+    check_source(args.corpus)  # a missing, binary or malformed corpus fails before the model loads
+    checkpoint_dir = out.with_name(f".{out.name}.checkpoint")
+    if args.resume and not checkpoint_dir.is_dir():
+        print(f"sinkscope analyze: no checkpoint at {checkpoint_dir}; starting from the first window", file=sys.stderr)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 alone owns --out
+        return _analyze(args, out, config, checkpoint_dir)
+    with claimed_output(out, args.overwrite):
+        try:
+            return _analyze(args, out, config, checkpoint_dir)
+        except KeyboardInterrupt:
+            if not args.checkpoint_every:
+                raise KeyboardInterrupt("nothing was saved (--checkpoint-every N makes a run resumable)") from None
+            if not checkpoint_dir.is_dir():
+                raise KeyboardInterrupt(
+                    f"before the first checkpoint (every {args.checkpoint_every} windows); nothing was saved"
+                ) from None
+            raise KeyboardInterrupt(
+                f"the work so far is checkpointed in {checkpoint_dir}/; continue with: {resume_command(args)}"
+            ) from None
+
+
+def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
+    from sinkscope.analysis import analyze, check_seq_len
+    from sinkscope.corpus.windows import windows
+    from sinkscope.models.load import load_model
+
+    rank, world = init_distributed(args.device)
+    if world > 1 and args.device != "cpu":
+        args.device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"  # one GPU per process
     lm = load_model(
         args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
         device_map=args.device_map,
@@ -96,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     stream.shard = rank, world
     smoothing_in_pass = args.smoothing and world == 1 and not args.resume
     result = analyze(
-        lm, stream, config, progress=not args.quiet, checkpoint_dir=out.with_name(f".{out.name}.checkpoint"),
+        lm, stream, config, progress=not args.quiet, checkpoint_dir=checkpoint_dir,
         checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=smoothing_in_pass,
     )  # fmt: skip
     if rank != 0:
@@ -112,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "
             f"{smooth['frac_observed_rise']:.3f}; sign agreement {smooth['sign_agreement']:.3f}"
         )
-    result.save(out, overwrite=args.overwrite)
+    result.save(out, overwrite=True)  # --out was checked and claimed at the start
     summary = result.meta["summary"]
     print(
         f"{result.meta['model']['name']} on {args.corpus} (T={args.seq_len}, {stream.count} windows): "

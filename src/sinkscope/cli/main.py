@@ -28,14 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if not argv:  # bare `sinkscope`: the help with the list of commands, not an error
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
+    args.argv = argv  # so a command can print the line that resumes it
     try:
         return int(args.func(args) or 0)
     except SinkscopeError as err:
         print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"sinkscope {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        print(f"sinkscope {args.command}: interrupted" + (f"; {err}" if str(err) else ""), file=sys.stderr)
         return 130
 
 

@@ -26,10 +26,13 @@ def run(args: argparse.Namespace) -> int:
 
     from sinkscope.report.html import write_report
     from sinkscope.run import Run
+    from sinkscope.staging import check_file_target
 
-    runs = [Run.load(path) for path in args.runs]
     first = Path(args.runs[0])
     out = Path(args.out) if args.out else first / "report.html"
+    if args.out:
+        check_file_target(out)  # before the figures are drawn
+    runs = [Run.load(path) for path in args.runs]
     write_report(runs, out, figures_dir=first / "figures" if len(runs) == 1 else None)
     print(f"wrote {out}")
     return 0

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import json
+import re
+import sys
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,10 @@ TEXT_SUFFIXES = (".txt", ".md", ".text")
 JSONL_SUFFIXES = (".jsonl",)
 TOKEN_CONTROLS = ("builtin:random", "builtin:repeat")
 BUILTINS = ("builtin:code", "builtin:prose", *TOKEN_CONTROLS)
+SAMPLE_BYTES = 1 << 20  # how much of the first file `check_source` reads before the model loads
+MAX_BAD_FRACTION = 0.01  # above this share of undecodable bytes or control characters a file is not text
+_UNDECODABLE = re.compile("[\udc80-\udcff]+")
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f]+")  # C0 controls except tab, newlines, form feed
 
 
 def documents(source: str) -> Iterator[str]:
@@ -50,28 +56,102 @@ def documents(source: str) -> Iterator[str]:
 
 
 def check_source(source: str) -> None:
-    """Raise the clear error `documents` would, without reading the corpus."""
-    if source not in TOKEN_CONTROLS:
-        documents(source)
+    """Raise the clear error `documents` would, reading only the start of the first file: a missing source,
+    a file that is not UTF-8 text, or a first JSONL line that is not a JSON object with a `text` string."""
+    if source in TOKEN_CONTROLS:
+        return
+    documents(source)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        path = next(p for p in sorted(path.rglob("*")) if p.suffix in TEXT_SUFFIXES + JSONL_SUFFIXES and p.is_file())
+    if not path.is_file():
+        return
+    with open(path, "rb") as handle:
+        sample = handle.read(SAMPLE_BYTES)
+        if len(sample) == SAMPLE_BYTES:  # do not judge a character cut in half at the end of the sample
+            sample = sample[: max(sample.rfind(b"\n") + 1, len(sample) - 4)]
+        decode_text(sample, path, warn=False)
+        if path.suffix in JSONL_SUFFIXES:
+            handle.seek(0)
+            for number, raw in enumerate(handle, 1):
+                text = _replace_undecodable(raw)[0]
+                if text.strip():
+                    _jsonl_text(text, path, number)
+                    break
+
+
+def decode_text(data: bytes, path: Path, *, warn: bool = True) -> str:
+    """The bytes of file `path` (from its start) as UTF-8 text, bytes that do not decode replaced by U+FFFD.
+
+    Refuses data that is not text: any NUL byte, or more than 1% of bytes that do not decode or of control
+    characters. With `warn`, prints one line naming how many bytes were replaced and where the first was.
+    """
+    text = data.decode("utf-8", errors="surrogateescape")  # each undecodable byte becomes one lone surrogate
+    n_bad = sum(map(len, _UNDECODABLE.findall(text)))
+    n_control = sum(map(len, _CONTROL.findall(text)))
+    if n_bad > MAX_BAD_FRACTION * len(data):
+        raise SinkscopeError(
+            f"corpus {path} is not UTF-8 text: {n_bad / len(data):.1%} of {len(data)} bytes do not decode "
+            f"({_where(text, _UNDECODABLE)}); convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        )
+    if n_control > MAX_BAD_FRACTION * len(text) or "\x00" in text:
+        raise SinkscopeError(
+            f"corpus {path} is not text: {n_control / len(text):.1%} of its characters are control characters "
+            f"or NUL ({_where(text, _CONTROL)}); pass a UTF-8 text or .jsonl file"
+        )
+    if n_bad and warn:
+        print(f"sinkscope: warning: corpus {path}: {n_bad} bytes are not UTF-8 and were replaced by U+FFFD "
+              f"({_where(text, _UNDECODABLE)})", file=sys.stderr)  # fmt: skip
+    return _UNDECODABLE.sub("\ufffd", text)
+
+
+def _where(text: str, pattern: re.Pattern) -> str:
+    """'first at byte B, line L' for the first match of `pattern` in `text` (decoded with surrogateescape)."""
+    start = pattern.search(text).start()
+    byte = len(text[:start].encode("utf-8", errors="surrogateescape"))
+    return f"first at byte {byte}, line {text.count(chr(10), 0, start) + 1}"
+
+
+def _replace_undecodable(data: bytes) -> tuple[str, int]:
+    """`data` as UTF-8 with each byte that does not decode replaced by U+FFFD, and how many were replaced."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    return _UNDECODABLE.subn(lambda m: "\ufffd" * len(m.group()), text)
+
+
+def _jsonl_text(line: str, path: Path, number: int) -> str:
+    """The `text` field of one JSONL line, or a one-line error naming `path:number`."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise SinkscopeError(
+            f"{path}:{number}: not valid JSON ({err.msg} at column {err.pos + 1}); a .jsonl corpus has one JSON "
+            "object per line"
+        ) from None
+    if not isinstance(record, dict) or "text" not in record:
+        kind = "an object without 'text'" if isinstance(record, dict) else f"a JSON {type(record).__name__}"
+        raise SinkscopeError(f"{path}:{number}: each JSONL line must be an object with a 'text' field, this is {kind}")
+    if not isinstance(record["text"], str):
+        raise SinkscopeError(f"{path}:{number}: 'text' must be a string, not {type(record['text']).__name__}")
+    return record["text"]
 
 
 def _file_documents(path: Path) -> Iterator[str]:
     if path.suffix in JSONL_SUFFIXES:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
+        replaced, first = 0, None
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                line, bad = _replace_undecodable(raw)
+                replaced, first = replaced + bad, first or (number if bad else None)
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line)
-                    text = record["text"]
-                except (json.JSONDecodeError, KeyError, TypeError) as err:
-                    raise SinkscopeError(
-                        f"{path}:{number}: each JSONL line must be an object with a 'text' field"
-                    ) from err
+                text = _jsonl_text(line, path, number)
                 if text.strip():
                     yield text
+        if replaced:
+            print(f"sinkscope: warning: corpus {path}: {replaced} bytes are not UTF-8 and were replaced by U+FFFD "
+                  f"(first on line {first})", file=sys.stderr)  # fmt: skip
         return
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = decode_text(path.read_bytes(), path)
     for block in text.split("\n\n"):
         if block.strip():
             yield block.strip()

@@ -88,6 +88,7 @@ class Windows:
             "tokenizer": getattr(self.tokenizer, "name_or_path", type(self.tokenizer).__name__),
             "seq_len": self.seq_len,
             "windows": self.count,
+            "max_windows": self.max_windows,
             "bos_id": self.bos_id,
             "seed": self.seed,
         }

@@ -6,13 +6,13 @@ The PNGs are also written to `figures/` so they can be pasted into a paper draft
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sinkscope.report import plots
 from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
+from sinkscope.staging import staged_file
 
 if TYPE_CHECKING:
     from sinkscope.run import Run
@@ -101,7 +101,6 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
         "Sink rate = fraction of heads whose sink score exceeds ε.</p>"
         f"{_summary_table(runs)}{''.join(sections)}</body></html>"
     )
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    with staged_file(path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     return path
