@@ -35,19 +35,28 @@ from sinkscope.stats.switch import finalize_switch
 class AnalyzeConfig:
     """Thresholds of an analysis (SPEC §2–§4). `epsilon`: sink-rate threshold (Gu et al.: 0.3); `delta`:
     hard-pattern threshold; `tau`: switch threshold; `geometry_cap`: attention inputs sampled per layer for the
-    half-space certificates; `seed`: that sample's seed."""
+    half-space certificates; `seed`: that sample's seed; `epsilons`: more sink-rate thresholds counted in the
+    same pass (summary `sink_rates`), so an ε sweep needs one pass and no per-window storage."""
 
     epsilon: float = 0.3
     delta: float = 0.1
     tau: float = 0.1
     geometry_cap: int = 256
     seed: int = 0
+    epsilons: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("epsilon", "delta", "tau"):
-            value = getattr(self, name)
+        object.__setattr__(self, "epsilons", tuple(float(e) for e in self.epsilons))
+        for name, value in [("epsilon", self.epsilon), ("delta", self.delta), ("tau", self.tau)] + [
+            ("epsilons", e) for e in self.epsilons
+        ]:
             if not 0 < value < 1:
                 raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
+
+    @property
+    def thresholds(self) -> tuple[float, ...]:
+        """`epsilon` first, then the other `epsilons` (each once)."""
+        return tuple(dict.fromkeys((self.epsilon, *self.epsilons)))
         if self.geometry_cap < 0:
             raise SinkscopeError(f"geometry_cap {self.geometry_cap} must be ≥ 0")
 
@@ -88,7 +97,7 @@ def analyze(
     layout, blocks = lm.layout, lm.layers
     collector = StatsCollector(
         len(blocks), layout.n_heads, layout.group, windows.seq_len, config.delta, config.tau,
-        config.geometry_cap, config.seed, lm.device,
+        config.geometry_cap, config.seed, lm.device, epsilons=config.thresholds,
     )  # fmt: skip
     collector.dtype_name = lm.identity.get("dtype", "float32")
     collector.shard = (rank, world)
@@ -114,7 +123,9 @@ def analyze(
     ):
         bar = tqdm(windows, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
-            lm.base(input_ids=batch.to(lm.device), use_cache=False)
+            batch = batch.to(lm.device)
+            collector.begin_batch(batch)
+            lm.base(input_ids=batch, use_cache=False)
             collector.end_batch(len(batch))
             analysed += len(batch)
             if checkpoint_dir is not None and checkpoint_every and analysed % checkpoint_every < len(batch):
@@ -123,6 +134,7 @@ def analyze(
     if world > 1:
         collector.all_reduce()
     heads, layers, positions = tabulate(collector, windows.seq_len, config.epsilon)
+    tokens, token_layers = token_tables(collector, lm.tokenizer)
     geometry_started = time.perf_counter()
     if config.geometry_cap > 0:
         layers = layers.merge(sink_certificates(collector, config), on="layer", how="left")
@@ -138,9 +150,10 @@ def analyze(
             "geometry_seconds": time.perf_counter() - geometry_started,
             "world_size": world,
         },
-        "summary": summary(heads, config.epsilon),
+        "summary": summary(heads, collector, config.thresholds),
     }
-    run = Run(meta=meta, heads=heads, layers=layers, positions=positions)
+    run = Run(meta=meta, heads=heads, layers=layers, positions=positions,
+              extra={"tokens": tokens, "token_layers": token_layers})
     if smoother is not None:
         from sinkscope.smoothing import merge_smoothing
 
@@ -176,7 +189,7 @@ def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[p
     L, H = sums["sink"].shape
     head_rows = []
     for layer in range(L):
-        per_layer = {k: v[layer] for k, v in sums.items() if v.dim() > 0}
+        per_layer = {k: v[layer] for k, v in sums.items() if v.dim() > 0 and k != "key_exceed"}
         scores = finalize_pattern_scores(per_layer, W, T)
         switch = finalize_switch(per_layer, W, T)
         for head in range(H):
@@ -190,9 +203,15 @@ def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[p
                                                                        "n_on_nosink")}
             head_rows.append(row)
     heads = pd.DataFrame(head_rows)
+    # Gu et al.'s sink rate: α^w thresholded per window, then averaged (key 0 is the head's sink score).
+    window_rates = sums["key_exceed"][0] / W  # (L, H, T): mean_w [α^w_{l,h,k} > ε]
+    heads["sink_rate"] = window_rates[..., 0].flatten().numpy()
     key_scores = sums["keys"] / (torch.arange(T, 0, -1, dtype=torch.float64) * W)  # (L, H, T): α_k
     layers = pd.DataFrame({"layer": np.arange(L)})
-    layers["sink_rate"] = heads.groupby("layer")["sink_score"].apply(lambda s: float((s > epsilon).mean())).values
+    layers["sink_rate"] = heads.groupby("layer")["sink_rate"].mean().values
+    layers["sink_rate_of_mean"] = (
+        heads.groupby("layer")["sink_score"].apply(lambda s: float((s > epsilon).mean())).values
+    )
     layers["mlp_like_frac"] = (sums["mlp_like"] / (W * (T - 1))).numpy()
     n_ctx = W * (T - 1)
     for kind in "hz":
@@ -204,7 +223,8 @@ def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[p
         {
             "layer": np.repeat(np.arange(L), T),
             "position": np.tile(np.arange(T), L),
-            "sink_rate": (key_scores > epsilon).double().mean(1).flatten().numpy(),
+            "sink_rate": window_rates.mean(1).flatten().numpy(),
+            "sink_rate_of_mean": (key_scores > epsilon).double().mean(1).flatten().numpy(),
             "mean_key_score": key_scores.mean(1).flatten().numpy(),
             "max_key_score": key_scores.amax(1).flatten().numpy(),
         }
@@ -224,11 +244,37 @@ def sink_certificates(collector: StatsCollector, config: AnalyzeConfig) -> pd.Da
     return layer_geometry(samples, cap=config.geometry_cap, seed=config.seed).drop(columns=["n_contexts"])
 
 
-def summary(heads: pd.DataFrame, epsilon: float) -> dict:
-    """Model-level numbers printed by the CLI and shown first in the report."""
+def token_tables(collector: StatsCollector, tokenizer) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The SPEC §2 key-token table: per token id (`tokens`) and per (token id, layer) (`token_layers`), from the
+    collector's per-token sums over occurrences at positions 1..T-2; `token` is the id decoded alone."""
+    table = collector.tokens
+    ids = table.keys.cpu().numpy()
+    n = table.tensors["n"].cpu().numpy()
+    received, exceed = (table.tensors[name].cpu().numpy() for name in ("received", "received_exceed"))  # (N, L)
+    L, H = received.shape[1], collector.acc.tensors["sink"].shape[1]
+    decoded = [tokenizer.decode([int(i)]) if tokenizer is not None else str(int(i)) for i in ids]
+    tokens = pd.DataFrame({
+        "token_id": ids, "token": decoded, "n": n.astype(np.int64),
+        "received_mean": received.sum(1) / (n * L * H), "sink_frac": exceed.sum(1) / (n * L * H),
+    }).sort_values(["sink_frac", "received_mean"], ascending=False, ignore_index=True)  # fmt: skip
+    token_layers = pd.DataFrame({
+        "token_id": np.repeat(ids, L), "layer": np.tile(np.arange(L), len(ids)), "n": np.repeat(n, L).astype(np.int64),
+        "received_mean": (received / (n[:, None] * H)).flatten(), "sink_frac": (exceed / (n[:, None] * H)).flatten(),
+    })  # fmt: skip
+    return tokens, token_layers
+
+
+def summary(heads: pd.DataFrame, collector: StatsCollector, thresholds: tuple[float, ...]) -> dict:
+    """Model-level numbers printed by the CLI and shown first in the report. `sink_rate` is Gu et al.'s
+    (per-window threshold, SPEC §2) at `thresholds[0]`; `sink_rates` gives it at every threshold, and
+    `sink_rate_of_mean` / `sink_rates_of_mean` threshold the window-mean sink score of each head instead."""
+    per_window = collector.acc.tensors["key_exceed"][..., 0].cpu() / collector.windows  # (E, L, H)
     return {
-        "sink_rate": float((heads["sink_score"] > epsilon).mean()),
-        "epsilon": epsilon,
+        "sink_rate": float(per_window[0].mean()),
+        "sink_rate_of_mean": float((heads["sink_score"] > thresholds[0]).mean()),
+        "epsilon": thresholds[0],
+        "sink_rates": {str(e): float(per_window[i].mean()) for i, e in enumerate(thresholds)},
+        "sink_rates_of_mean": {str(e): float((heads["sink_score"] > e).mean()) for e in thresholds},
         "mean_sink_score": float(heads["sink_score"].mean()),
         "mean_diag_score": float(heads["diag_score"].mean()),
         "head_classes": {k: int(v) for k, v in heads["head_class"].value_counts().items()},

@@ -4,6 +4,7 @@ Tiny random-weight models built from configs (no download). The reference uses `
 same model run with eager attention, `output_hidden_states=True`, and hooks on the value/output projections.
 """
 
+import pandas as pd
 import pytest
 import torch
 from transformers import (
@@ -158,3 +159,82 @@ def test_bfloat16_model_accumulates_in_float64_and_stays_close_to_float32():
         assert run16.heads[column].dtype == "float64"
         torch.testing.assert_close(torch.tensor(run16.heads[column].to_numpy()),
                                    torch.tensor(run32.heads[column].to_numpy()), atol=3e-2, rtol=0)
+
+
+def census_reference(att: torch.Tensor, ids: torch.Tensor, epsilon: float):
+    """Gu et al.'s per-window sink rates and the key-token table from full maps att (L, N, H, T, T), with loops."""
+    L, N, H, T, _ = att.shape
+    per_key = torch.stack([att[..., k:, k].sum(-1) / (T - k) for k in range(T)], -1)  # (L, N, H, T): α^w_k
+    head_rate = (att[..., :, 0].mean(-1) > epsilon).double().mean(1)  # (L, H): mean_w [α^w > ε]
+    position_rate = (per_key > epsilon).double().mean((1, 2))  # (L, T)
+    tokens: dict[int, dict] = {}
+    for w in range(N):
+        for k in range(1, T - 1):
+            received = att[:, w, :, k + 1 :, k].mean(-1)  # (L, H): mean_{t>k} A[t,k]
+            entry = tokens.setdefault(int(ids[w, k]), {"n": 0, "sum": torch.zeros(L), "over": torch.zeros(L)})
+            entry["n"] += 1
+            entry["sum"] += received.sum(-1)
+            entry["over"] += (received > epsilon).double().sum(-1)
+    return head_rate, position_rate, tokens
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3", "gpt2"])
+def test_sink_census_equals_full_attention_maps(name):
+    lm = build(name, attn="sdpa")
+    ids = token_windows()
+    epsilon = 0.25
+    config = AnalyzeConfig(epsilon=epsilon, epsilons=(0.1, 0.5), geometry_cap=0)
+    run = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
+    lm.model.set_attn_implementation("eager")
+    att = torch.stack(lm.base(input_ids=ids, output_attentions=True, use_cache=False).attentions).double()
+    L, N, H = att.shape[:3]
+    head_rate, position_rate, tokens = census_reference(att, ids, epsilon)
+    heads = run.heads.sort_values(["layer", "head"])
+    got = torch.tensor(heads["sink_rate"].to_numpy()).view(L, H)
+    torch.testing.assert_close(got, head_rate, atol=1e-12, rtol=0)
+    assert ((head_rate > 0) & (head_rate < 1)).any(), "no head is a sink in only some windows"
+    torch.testing.assert_close(torch.tensor(run.layers["sink_rate"].to_numpy()), head_rate.mean(1))
+    positions = run.positions.sort_values(["layer", "position"])
+    torch.testing.assert_close(torch.tensor(positions["sink_rate"].to_numpy()).view(L, T), position_rate)
+    # The old number, kept under its own name: threshold of the window-mean score.
+    of_mean = (att[..., :, 0].mean((1, 3)) > epsilon).double().mean()
+    summary = run.meta["summary"]
+    assert summary["sink_rate_of_mean"] == pytest.approx(of_mean.item())
+    assert summary["sink_rate"] == pytest.approx(head_rate.mean().item())
+    for e in (0.1, 0.25, 0.5):
+        expected = (att[..., :, 0].mean(-1) > e).double().mean().item()
+        assert summary["sink_rates"][str(e)] == pytest.approx(expected)
+    table = run.extra["tokens"].set_index("token_id")
+    assert sorted(table.index) == sorted(tokens)
+    for token_id, entry in tokens.items():
+        row = table.loc[token_id]
+        assert row["n"] == entry["n"]
+        assert row["received_mean"] == pytest.approx(entry["sum"].sum().item() / (entry["n"] * L * H), abs=1e-6)
+        assert row["sink_frac"] == pytest.approx(entry["over"].sum().item() / (entry["n"] * L * H), abs=1e-12)
+    long = run.extra["token_layers"].set_index(["token_id", "layer"])
+    for token_id, entry in tokens.items():
+        for layer in range(L):
+            row = long.loc[(token_id, layer)]
+            assert row["sink_frac"] == pytest.approx(entry["over"][layer].item() / (entry["n"] * H), abs=1e-12)
+            assert row["received_mean"] == pytest.approx(entry["sum"][layer].item() / (entry["n"] * H), abs=1e-6)
+    assert table["sink_frac"].max() > 0, "no token's received attention crossed ε"
+
+
+def test_resumed_run_keeps_the_census(tmp_path, monkeypatch):
+    lm = build("llama", attn="sdpa")
+    ids = token_windows(8)
+    config = AnalyzeConfig(epsilon=0.25, epsilons=(0.5,), geometry_cap=0)
+    whole = analyze(lm, TokenWindows(ids, batch_size=2), config, progress=False)
+    # Interrupted after 4 windows: keep the checkpoint a completed run would remove, then resume the whole corpus.
+    with monkeypatch.context() as patch:
+        patch.setattr("sinkscope.analysis.shutil.rmtree", lambda *args, **kwargs: None)
+        analyze(lm, TokenWindows(ids[:4], batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",
+                checkpoint_every=2)
+    resumed = analyze(lm, TokenWindows(ids, batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",
+                      resume=True)
+    assert resumed.meta["corpus"]["windows"] == 8
+    assert resumed.meta["summary"]["sink_rates"] == whole.meta["summary"]["sink_rates"]
+    for name in ("heads", "positions"):
+        pd.testing.assert_frame_equal(getattr(resumed, name), getattr(whole, name), rtol=1e-9, atol=1e-12)
+    for name in ("tokens", "token_layers"):
+        pd.testing.assert_frame_equal(resumed.extra[name], whole.extra[name], rtol=1e-9, atol=1e-12)

@@ -66,3 +66,25 @@ def test_blocked_attention_matches_softmax(monkeypatch, kv, softcap, mask_kind):
     out = blocked_attention(q, k, v, mask, 0.3, softcap, on_block)
     assert seen == [0, 3, 6, 9]
     torch.testing.assert_close(out, out_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_keyed_sums_grow_with_new_keys_and_merge_across_ranks():
+    import torch.distributed as dist
+
+    from sinkscope.capture.accumulator import KeyedAccumulator
+
+    a = KeyedAccumulator({"n": (), "s": (2,)})
+    a.add(torch.tensor([7, 3, 7]), {"n": torch.ones(3), "s": torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])})
+    a.add(torch.tensor([5, 3]), {"n": torch.ones(2), "s": torch.ones(2, 2)})
+    assert a.keys.tolist() == [3, 5, 7]
+    assert a.tensors["n"].tolist() == [2, 1, 2]
+    assert a.tensors["s"].tolist() == [[4, 5], [1, 1], [6, 8]]
+    b = KeyedAccumulator({"n": (), "s": (2,)})
+    b.load_state(a.state("t"), "t")
+    assert b.keys.tolist() == [3, 5, 7] and torch.equal(b.tensors["s"], a.tensors["s"])
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29562", rank=0, world_size=1)
+    try:
+        a.all_reduce()  # one rank: unchanged
+    finally:
+        dist.destroy_process_group()
+    assert a.keys.tolist() == [3, 5, 7] and a.tensors["s"].tolist() == [[4, 5], [1, 1], [6, 8]]

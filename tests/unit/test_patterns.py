@@ -8,13 +8,17 @@ import torch
 from sinkscope.stats.patterns import (
     diag_score,
     entropy_score,
+    exceed_counts,
     finalize_pattern_scores,
     hard_diag_frac,
     hard_sink_frac,
     head_class,
     key_scores,
+    key_scores_from_columns,
     pattern_block_sums,
     prev_score,
+    received_from_columns,
+    received_scores,
     sink_rate,
     sink_score,
 )
@@ -95,8 +99,9 @@ def test_streaming_block_sums_equal_direct_functions(block):
         # Keys past the block's last query are masked, so the block may stop there (as the capture does).
         sums, _, _ = pattern_block_sums(attn[:, :, start:stop, :stop], start, delta)
         keys = torch.zeros(H, T, dtype=torch.float64)
-        keys[:, :stop] = sums.pop("keys")
+        keys[:, :stop] = sums.pop("columns").sum(0)
         sums["keys"] = keys
+        torch.testing.assert_close(sums.pop("diagonal"), attn.diagonal(dim1=-2, dim2=-1)[..., start:stop])
         for name, value in sums.items():
             total[name] = total.get(name, 0) + value
     scores = finalize_pattern_scores(total, windows=B, seq_len=T)
@@ -125,3 +130,35 @@ def test_sink_rate_and_classes():
     assert head_class(0.1, 0.1, 0.8, 0.2) == "previous-token"
     assert head_class(0.1, 0.1, 0.1, 0.9) == "dense"
     assert head_class(0.1, 0.2, 0.2, 0.4) == "mixed"
+
+
+def test_received_scores_match_brute_force_and_skip_bos_and_self():
+    attn = random_causal(2, T=8, seed=3, sharp=4.0)
+    got = received_scores(attn)
+    assert got.shape == (2, 6)
+    for w in range(2):
+        for k in range(1, 7):
+            assert got[w, k - 1].item() == pytest.approx(attn[w, k + 1 :, k].mean().item(), abs=1e-12)
+    # All later queries on key 3: key 3 receives 1, everyone else 0; BOS and the diagonal never count.
+    T = 6
+    hand = torch.zeros(T, T, dtype=torch.float64)
+    hand[:4, 0] = 1
+    hand[3:, 3] = 1
+    hand[3, 0] = 0
+    assert received_scores(hand).tolist() == [0, 0, 1, 0]
+
+
+def test_per_window_threshold_differs_from_threshold_of_the_mean():
+    # Two windows: α = 0.5 and 0.2, mean 0.35. Gu et al. threshold each window: one of two is above 0.3;
+    # thresholding the mean says the head is a sink (1 of 1).
+    scores = torch.tensor([[0.5], [0.2]], dtype=torch.float64)  # (W, heads)
+    counts = exceed_counts(scores, torch.tensor([0.1, 0.3, 0.6]))
+    assert counts.tolist() == [[2.0], [1.0], [0.0]]
+    assert sink_rate(scores, 0.3) == 0.5 and sink_rate(scores.mean(0), 0.3) == 1.0
+
+
+def test_column_forms_equal_the_direct_functions():
+    attn = random_causal(3, 2, T=7, seed=4)
+    columns, diagonal = attn.sum(-2), attn.diagonal(dim1=-2, dim2=-1)
+    torch.testing.assert_close(key_scores_from_columns(columns), key_scores(attn))
+    torch.testing.assert_close(received_from_columns(columns, diagonal), received_scores(attn))

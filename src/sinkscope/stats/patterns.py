@@ -23,8 +23,35 @@ def sink_score(attn: Tensor) -> Tensor:
 
 def key_scores(attn: Tensor) -> Tensor:
     """Per-position sink score `α_k = mean_{t≥k} A[t,k]` for every key k (SPEC §2). (..., T, T) → (..., T)."""
-    T = attn.shape[-1]
-    return attn.sum(-2) / torch.arange(T, 0, -1, dtype=attn.dtype, device=attn.device)
+    return key_scores_from_columns(attn.sum(-2))
+
+
+def key_scores_from_columns(columns: Tensor) -> Tensor:
+    """`α_k = Σ_{t≥k} A[t,k] / (T-k)` from one window's column sums `Σ_t A[t,k]` (causal: rows t < k add 0).
+    (..., T) → (..., T)."""
+    T = columns.shape[-1]
+    return columns / torch.arange(T, 0, -1, dtype=columns.dtype, device=columns.device)
+
+
+def received_scores(attn: Tensor) -> Tensor:
+    """Attention a key receives from later queries, `received_k = mean_{t=k+1..T-1} A[t,k]` for 1 ≤ k ≤ T-2
+    (SPEC §2 key-token table; BOS and self-attention excluded). (..., T, T) → (..., T-2)."""
+    return received_from_columns(attn.sum(-2), attn.diagonal(dim1=-2, dim2=-1))
+
+
+def received_from_columns(columns: Tensor, diagonal: Tensor) -> Tensor:
+    """`received_k` of `received_scores` from one window's column sums and diagonal `A[k,k]`, both (..., T):
+    `(Σ_t A[t,k] - A[k,k]) / (T-1-k)` for k = 1..T-2. → (..., T-2)."""
+    T = columns.shape[-1]
+    later = (columns - diagonal)[..., 1 : T - 1]
+    return later / torch.arange(T - 2, 0, -1, dtype=columns.dtype, device=columns.device)
+
+
+def exceed_counts(scores: Tensor, epsilons: Tensor) -> Tensor:
+    """How many windows have a score above each threshold: `Σ_w [scores[w] > ε_e]`, the numerator of Gu et al.'s
+    per-window sink rate (SPEC §2). `scores` (W, ...), `epsilons` (E,) → (E, ...) float64 counts."""
+    above = scores.unsqueeze(0) > epsilons.view(-1, *([1] * scores.dim())).to(scores)
+    return above.sum(1, dtype=torch.float64)
 
 
 def diag_score(attn: Tensor) -> Tensor:
@@ -61,7 +88,9 @@ def hard_diag_frac(attn: Tensor, delta: float = 0.1) -> Tensor:
 
 
 def sink_rate(scores: Tensor, epsilon: float = 0.3) -> float:
-    """Fraction of all (layer, head) entries with sink score above ε (SPEC §2; Gu et al. use ε = 0.3)."""
+    """Fraction of all entries with sink score above ε (SPEC §2; Gu et al. use ε = 0.3). Given per-window scores
+    `α^w_{l,h}` (W, L, H) this is Gu et al.'s sink rate; given scores averaged over windows it is
+    `sink_rate_of_mean`, a different number."""
     return float((scores > epsilon).float().mean())
 
 
@@ -74,10 +103,12 @@ def pattern_block_sums(
     past the last query are causally masked, so a block may stop there). `entropy`: optional (B, H, Q) row
     entropies in nats already known to the caller (from the logits), else computed from `probs`.
     Returns `(sums, hard_sink, hard_diag)`: `sums[name]` of shape (H,) summed over batch and rows (queries
-    t ≥ 1 only, except `sink` which includes t = 0 as SPEC §2 says), `sums["keys"]` (H, K) column sums (for
-    `α_k`), `sums["row_total"]` (H,) the total mass (must equal B·Q: rows sum to 1) and `sums["upper_mass"]`
-    (H,) the mass above the diagonal (must be 0: causal); `hard_sink`, `hard_diag` are (B, H, Q) booleans
-    (false for t = 0), for the switch table and the layer's MLP-like fraction (SPEC §3).
+    t ≥ 1 only, except `sink` which includes t = 0 as SPEC §2 says), `sums["row_total"]` (H,) the total mass
+    (must equal B·Q: rows sum to 1) and `sums["upper_mass"]` (H,) the mass above the diagonal (must be 0:
+    causal); two per-window entries the caller completes across blocks before thresholding them per window:
+    `sums["columns"]` (B, H, K) the block's column sums (for `α^w_k` and `received^w_k`) and `sums["diagonal"]`
+    (B, H, Q) `A[t,t]` of the block's rows. `hard_sink`, `hard_diag` are (B, H, Q) booleans (false for t = 0),
+    for the switch table and the layer's MLP-like fraction (SPEC §3).
     """
     B, H, Q, K = probs.shape
     rows = torch.arange(q_start, q_start + Q, device=probs.device)
@@ -94,7 +125,7 @@ def pattern_block_sums(
     valid = (rows >= 1).view(1, 1, Q)  # queries t ≥ 1
     hard_sink = (col0 >= 1 - delta) & valid
     hard_diag = (diag >= 1 - delta) & valid
-    keys = probs.sum((0, 2)).double()  # (H, K): float32 within a block, float64 across blocks
+    columns = probs.sum(2).double()  # (B, H, K): float32 within a block, float64 across blocks
     sums = {
         "sink": col0.sum((0, 2)),
         "diag": (diag * valid).sum((0, 2)),
@@ -103,8 +134,9 @@ def pattern_block_sums(
         "hard_sink": hard_sink.sum((0, 2)).double(),
         "hard_diag": hard_diag.sum((0, 2)).double(),
         "upper_mass": (corner * above).sum((0, 2, 3)).double(),
-        "row_total": keys.sum(-1),
-        "keys": keys,
+        "row_total": columns.sum((0, 2)),
+        "columns": columns,
+        "diagonal": diag,
     }
     return sums, hard_sink, hard_diag
 

@@ -1,0 +1,31 @@
+"""`sinkscope export`: a run's (or sweep's) tables as CSV or JSON files."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLE = """examples:
+  sinkscope export runs/x --format csv               # runs/x/csv/heads.csv, layers.csv, tokens.csv, ...
+  sinkscope export runs/x --format json --out /tmp/x # one JSON array of row objects per table
+  sinkscope export sweeps/gu --format json           # a sweep directory's sweep.parquet too"""
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="write every table of a run as CSV or JSON",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run", help="run directory written by `sinkscope analyze` (or a sweep directory)")
+    parser.add_argument("--format", required=True, choices=["csv", "json"], help="file format")
+    parser.add_argument("--out", default=None, help="directory for the files (default: RUN/<format>/)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sinkscope.export import export_tables
+
+    written = export_tables(args.run, args.format, args.out)
+    print(f"wrote {len(written)} tables to {written[0].parent}: {', '.join(p.name for p in written)}")
+    return 0

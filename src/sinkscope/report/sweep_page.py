@@ -1,0 +1,89 @@
+"""Figures and page of a sink-rate sweep (`sinkscope sweep`): sink rate against ε and against T per model, one
+line per corpus, so natural text, random tokens and repeated tokens sit side by side (Gu et al. 2025's shapes)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+from sinkscope.report.plots import embed_png, figure_png
+
+
+def _panels(models: list[str]) -> tuple[Figure, list]:
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.2), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        ax.set_title(model, fontsize=10)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("sink rate (per-window ε)")
+    return fig, list(axes[0])
+
+
+def sink_rate_vs_epsilon(table: pd.DataFrame) -> Figure:
+    """Per model: sink rate against ε, a colour per corpus and a line style per T."""
+    models, corpora = list(dict.fromkeys(table["model"])), list(dict.fromkeys(table["corpus"]))
+    lengths = sorted(table["seq_len"].unique())
+    styles = ["-", "--", ":", "-."]
+    fig, axes = _panels(models)
+    for ax, model in zip(axes, models):
+        for c, corpus in enumerate(corpora):
+            for i, seq_len in enumerate(lengths):
+                part = table[(table["model"] == model) & (table["corpus"] == corpus) & (table["seq_len"] == seq_len)]
+                part = part.sort_values("epsilon")
+                ax.plot(part["epsilon"], part["sink_rate"], styles[i % len(styles)], marker=".", color=f"C{c}",
+                        label=f"{corpus}, T={seq_len}")  # fmt: skip
+        ax.set_xlabel("ε")
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    return fig
+
+
+def sink_rate_vs_seq_len(table: pd.DataFrame, epsilon: float) -> Figure:
+    """Per model: sink rate at one ε against the window length T (log scale), a line per corpus."""
+    part = table[table["epsilon"] == epsilon]
+    models, corpora = list(dict.fromkeys(part["model"])), list(dict.fromkeys(part["corpus"]))
+    fig, axes = _panels(models)
+    for ax, model in zip(axes, models):
+        for c, corpus in enumerate(corpora):
+            line = part[(part["model"] == model) & (part["corpus"] == corpus)].sort_values("seq_len")
+            ax.plot(line["seq_len"], line["sink_rate"], marker="o", color=f"C{c}", label=corpus)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"window length T (ε = {epsilon})")
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    return fig
+
+
+def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsilon: float) -> Path:
+    """`report.html` of a sweep (figures inlined, the tidy table below) and its PNGs in `figures_dir`."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    figures = [
+        ("sink_rate_vs_epsilon", "Sink rate (Gu et al.: threshold per window) against ε",
+         figure_png(sink_rate_vs_epsilon(table))),
+        ("sink_rate_vs_seq_len", f"Sink rate at ε = {epsilon} against the window length T",
+         figure_png(sink_rate_vs_seq_len(table, epsilon))),
+    ]  # fmt: skip
+    for stem, _, png in figures:
+        (figures_dir / f"{stem}.png").write_bytes(png)
+    shown = table.drop(columns=["cell"]).round(4)
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>sinkscope sweep</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #d5d8dc;padding:.2em .5em}"
+        "figure{display:inline-block;margin:.5em 0}img{max-width:100%}figcaption{font-size:.85em;color:#566573}"
+        "</style></head><body><h1>sinkscope sweep</h1>"
+        "<p>Sink rate = fraction of (window, layer, head) whose sink score α exceeds ε (Gu et al. 2025); "
+        "<code>sink_rate_of_mean</code> thresholds each head's window-mean α instead. Definitions: "
+        "docs/statistics.md.</p>"
+        + "".join(embed_png(png, caption) for _, caption, png in figures)
+        + shown.to_html(index=False, escape=True, border=0)
+        + f"<p>{html.escape(str(len(table)))} rows; the same table is sweep.csv / sweep.parquet.</p></body></html>"
+    )
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,172 @@
+"""Sink-rate sweeps across models × corpora × window lengths T × thresholds ε (the shapes of Gu et al. 2025's
+figures): `sweep(config, out)`.
+
+Each (model, corpus, T) cell is one `analyze` pass whose collector counts the per-window exceedances at every ε
+at once (`AnalyzeConfig.epsilons`), so the ε sweep never re-runs the model and never stores per-window scores:
+its state stays constant in the number of windows. A cell is a run directory under `out/cells/`; a finished
+cell (its run.json exists, computed with the same settings) is skipped, so an interrupted sweep continues where
+it stopped. The tidy table `sweep.parquet` / `sweep.csv` has one row per model × corpus × T × ε.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from sinkscope.errors import SinkscopeError
+
+ROW_COLUMNS = (
+    "model", "corpus", "seq_len", "epsilon", "windows", "sink_rate", "sink_rate_of_mean", "mean_sink_score",
+    "mean_diag_score", "analyze_seconds", "cell",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What a sweep runs: every model × corpus × T cell on `max_windows` windows, sink rates at every ε.
+
+    `models`: embedded names, model directories, .gguf files or hub ids; `corpora`: corpus sources (SPEC §1);
+    `seq_lens`: window lengths T; `epsilons`: sink-rate thresholds (the cell's tables use 0.3 when listed, else
+    the first). The half-space certificates are skipped (`geometry_cap` 0): a sweep is about sink rates.
+    """
+
+    models: tuple[str, ...]
+    corpora: tuple[str, ...]
+    seq_lens: tuple[int, ...]
+    epsilons: tuple[float, ...] = (0.1, 0.3, 0.5, 0.8)
+    max_windows: int = 64
+    batch_size: int = 8
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        from sinkscope.corpus.sources import check_source
+
+        for name in ("models", "corpora", "seq_lens", "epsilons"):
+            values = tuple(getattr(self, name))
+            if not values:
+                raise SinkscopeError(f"--{name.replace('_', '-')} is empty; give at least one value")
+            if len(set(values)) != len(values):
+                raise SinkscopeError(f"--{name.replace('_', '-')} lists a value twice: {', '.join(map(str, values))}")
+            object.__setattr__(self, name, values)
+        for seq_len in self.seq_lens:
+            if seq_len < 2:
+                raise SinkscopeError(f"--seq-lens {seq_len} is too short: a window needs BOS plus at least 1 token")
+        for epsilon in self.epsilons:
+            if not 0 < epsilon < 1:
+                raise SinkscopeError(f"--epsilons {epsilon} must lie strictly between 0 and 1")
+        if self.max_windows < 1 or self.batch_size < 1:
+            raise SinkscopeError("--max-windows and --batch-size must be at least 1")
+        for corpus in self.corpora:
+            check_source(corpus)  # a missing corpus file fails before any model loads
+
+    @property
+    def table_epsilon(self) -> float:
+        """The ε of each cell's own tables (heads, layers, positions, tokens): 0.3 (Gu et al.) when swept."""
+        return 0.3 if 0.3 in self.epsilons else self.epsilons[0]
+
+    def cell_settings(self, model: str, corpus: str, seq_len: int) -> dict:
+        """What a finished cell must have been computed with to be reused."""
+        return {
+            "model": model, "corpus": corpus, "seq_len": seq_len, "epsilons": list(self.epsilons),
+            "max_windows": self.max_windows, "seed": self.seed, "dtype": self.dtype,
+        }  # fmt: skip
+
+
+def cell_name(model: str, corpus: str, seq_len: int) -> str:
+    """A directory name for a cell, readable and safe on every file system."""
+    slug = "__".join(re.sub(r"[^A-Za-z0-9.+-]+", "-", part).strip("-") for part in (model, corpus))
+    return f"{slug}__T{seq_len}"
+
+
+def finished_cell(directory: Path, settings: dict) -> bool:
+    """Whether `directory` holds a cell computed with `settings`; a cell computed otherwise is refused."""
+    meta_path = directory / "run.json"
+    if not meta_path.is_file():
+        return False
+    saved = json.loads(meta_path.read_text(encoding="utf-8")).get("sweep_cell")
+    if saved != settings:
+        changed = sorted(k for k in settings if (saved or {}).get(k) != settings[k])
+        raise SinkscopeError(
+            f"{directory} was computed with other settings ({', '.join(changed)}); use another --out or delete it"
+        )
+    return True
+
+
+def cell_rows(meta: dict, epsilons: tuple[float, ...], cell: str) -> list[dict]:
+    """One tidy row per ε from a cell's run.json."""
+    summary, settings = meta["summary"], meta["sweep_cell"]
+    return [
+        {
+            "model": settings["model"], "corpus": settings["corpus"], "seq_len": settings["seq_len"],
+            "epsilon": epsilon, "windows": meta["corpus"]["windows"],
+            "sink_rate": summary["sink_rates"][str(epsilon)],
+            "sink_rate_of_mean": summary["sink_rates_of_mean"][str(epsilon)],
+            "mean_sink_score": summary["mean_sink_score"], "mean_diag_score": summary["mean_diag_score"],
+            "analyze_seconds": meta["timings"]["analyze_seconds"], "cell": cell,
+        }  # fmt: skip
+        for epsilon in epsilons
+    ]
+
+
+def sweep(config: SweepConfig, out: str | Path, *, progress: bool = True, echo: Callable[[str], None] = print
+          ) -> pd.DataFrame:  # fmt: skip
+    """Run every missing cell of `config` into `out/cells/`, then write `out/sweep.parquet`, `out/sweep.csv`,
+    `out/figures/*.png` and `out/report.html`; returns the tidy table. `echo` gets one line per cell."""
+    from sinkscope.analysis import AnalyzeConfig, analyze, check_seq_len
+    from sinkscope.corpus.windows import windows
+    from sinkscope.models.load import load_model
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "cells").is_dir())):
+        raise SinkscopeError(f"--out {out} exists and is not a sweep directory; choose another directory")
+    cells = [(m, c, t) for m in config.models for c in config.corpora for t in config.seq_lens]
+    done = {cell: finished_cell(out / "cells" / cell_name(*cell), config.cell_settings(*cell)) for cell in cells}
+    analyze_config = AnalyzeConfig(epsilon=config.table_epsilon, epsilons=config.epsilons, geometry_cap=0,
+                                   seed=config.seed)  # fmt: skip
+    rows: list[dict] = []
+    for index, cell in enumerate(cells):
+        model, corpus, seq_len = cell
+        directory = out / "cells" / cell_name(*cell)
+        label = f"[{index + 1}/{len(cells)}] {model} · {corpus} · T={seq_len}"
+        if done[cell]:
+            echo(f"{label}: finished before, skipped")
+        else:
+            if index == 0 or cells[index - 1][0] != model:  # load each model once, for its first missing cell
+                started = time.perf_counter()
+                lm = load_model(model, device=config.device, dtype=config.dtype)
+                for length in config.seq_lens:
+                    check_seq_len(lm, length)
+                echo(f"loaded {model} in {time.perf_counter() - started:.1f} s")
+            echo(f"{label}: analysing {config.max_windows} windows")
+            stream = windows(corpus, lm.tokenizer, seq_len, config.max_windows, batch_size=config.batch_size,
+                             seed=config.seed)  # fmt: skip
+            run = analyze(lm, stream, analyze_config, progress=progress)
+            run.meta["sweep_cell"] = config.cell_settings(*cell)
+            run.save(directory, overwrite=True, report=False)
+            rates = ", ".join(f"{e}: {run.meta['summary']['sink_rates'][str(e)]:.3f}" for e in config.epsilons)
+            echo(f"{label}: sink rate by ε {rates} ({run.meta['timings']['analyze_seconds']:.1f} s)")
+        meta = json.loads((directory / "run.json").read_text(encoding="utf-8"))
+        rows += cell_rows(meta, config.epsilons, directory.name)
+    table = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
+    write_sweep(table, out, config)
+    return table
+
+
+def write_sweep(table: pd.DataFrame, out: Path, config: SweepConfig) -> None:
+    """The tidy table (parquet and CSV), the figures and the report page of a sweep, each written atomically."""
+    from sinkscope.report.sweep_page import write_sweep_report
+
+    (out / "sweep.json").write_text(json.dumps({"config": asdict(config)}, indent=2), encoding="utf-8")
+    for suffix, write in ((".parquet", table.to_parquet), (".csv", table.to_csv)):
+        tmp = out / f".sweep{suffix}.tmp"
+        write(tmp, index=False)
+        tmp.replace(out / f"sweep{suffix}")
+    write_sweep_report(table, out / "report.html", figures_dir=out / "figures", epsilon=config.table_epsilon)
