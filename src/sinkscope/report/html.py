@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from sinkscope.report import plots
 from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
+from sinkscope.report.tokens_section import tokens_section
 from sinkscope.staging import staged_file
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def _summary_table(runs: list[Run]) -> str:
             html.escape(str(meta["corpus"].get("source"))),
             str(meta["corpus"].get("seq_len")),
             str(meta["corpus"].get("windows")),
-            f"{summary['sink_rate']:.3f} (ε={summary['epsilon']})",
+            f"{summary['sink_rate']:.3f} (ε={summary['epsilon']})"
+            + (f"; of mean {summary['sink_rate_of_mean']:.3f}" if "sink_rate_of_mean" in summary else ""),
             f"{summary['mean_sink_score']:.3f}",
             f"{summary['mean_diag_score']:.3f}",
             f"{run.layers['mlp_like_frac'].mean():.3f}",
@@ -90,6 +92,8 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
             f"sinkscope {meta['versions'].get('sinkscope')}, transformers {meta['versions'].get('transformers')}"
         )
         body = "".join(plots.embed_png(png, caption) for _, caption, png in figures)
+        body += tokens_section(run.extra.get("tokens"), run.extra.get("token_layers"), meta["corpus"].get("bos_id"),
+                               meta["summary"]["epsilon"])
         body += switch_section(run.heads, run.layers, run.extra.get("ablation"))
         if "smooth_b" in run.heads.columns:  # analyze --smoothing
             body += smoothing_section(run.heads, run.layers, run.extra.get("smoothing_curves"))
@@ -98,7 +102,8 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
         "<!doctype html><html><head><meta charset='utf-8'><title>sinkscope report</title>"
         f"<style>{STYLE}</style></head><body><h1>sinkscope report</h1>"
         "<p class='note'>Attention sinks, diagonal patterns and BOS geometry (definitions: SPEC §2–§4). "
-        "Sink rate = fraction of heads whose sink score exceeds ε.</p>"
+        "Sink rate (Gu et al. 2025) = fraction of (window, layer, head) whose sink score exceeds ε; "
+        "'of mean' thresholds each head's sink score averaged over windows instead.</p>"
         f"{_summary_table(runs)}{''.join(sections)}</body></html>"
     )
     with staged_file(path) as tmp:
