@@ -88,3 +88,31 @@ def test_keyed_sums_grow_with_new_keys_and_merge_across_ranks():
     finally:
         dist.destroy_process_group()
     assert a.keys.tolist() == [3, 5, 7] and a.tensors["s"].tolist() == [[4, 5], [1, 1], [6, 8]]
+
+
+def _keyed_rank(rank: int, path: str) -> None:
+    import torch.distributed as dist
+
+    from sinkscope.capture.accumulator import KeyedAccumulator
+
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29563", rank=rank, world_size=2)
+    try:
+        table = KeyedAccumulator({"n": (), "s": (2,)})
+        keys = torch.tensor([4, 9]) if rank == 0 else torch.tensor([9, 2, 2])
+        table.add(keys, {"n": torch.ones(len(keys)), "s": torch.arange(2 * len(keys), dtype=torch.float64).view(-1, 2)})
+        table.all_reduce()
+        if rank == 0:
+            torch.save(table.state("t"), path)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_keyed_sums_of_two_ranks_merge_by_key(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_keyed_rank, args=(str(tmp_path / "merged.pt"),), nprocs=2)
+    state = torch.load(tmp_path / "merged.pt")
+    # rank 0: 4 → [0, 1], 9 → [2, 3]; rank 1: 9 → [0, 1], 2 → [2, 3] + [4, 5]
+    assert state["t.keys"].tolist() == [2, 4, 9]
+    assert state["t.n"].tolist() == [2, 1, 2]
+    assert state["t.s"].tolist() == [[6, 8], [0, 1], [2, 4]]
