@@ -20,6 +20,8 @@ _EXPORTS = {
     "AnalyzeConfig": "sinkscope.analysis",
     "Run": "sinkscope.run",
     "SinkscopeError": "sinkscope.errors",
+    "reproduce": "sinkscope.reproduction.run",
+    "ReproduceConfig": "sinkscope.reproduction.config",
     "view": "sinkscope.explorer.page",
 }
 __all__ = [*_EXPORTS, "__version__"]

@@ -13,7 +13,7 @@ import sys
 from sinkscope.errors import SinkscopeError
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
-SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb")
+SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ class Family:
     separate `q/k/v_proj` `nn.Linear`s (weight stored as out×in). `norm_gain_offset` is 1 where the norm
     multiplies by `1 + weight` (Gemma), else 0. `norm` is "rmsnorm" or "layernorm". `post_attention_norm` names
     the norm applied to the attention output before it joins the residual (Gemma 2/3's sandwich norm), if any.
+    `query_norm`/`key_norm` name the per-head QK-norms (Gemma 3, Qwen 3), used where the attention module has them.
     """
 
     name: str
@@ -36,6 +37,10 @@ class Family:
     value_proj: str = "v_proj"
     output_proj: str = "o_proj"
     post_attention_norm: str | None = None
+    query_proj: str = "q_proj"
+    key_proj: str = "k_proj"
+    query_norm: str = "q_norm"
+    key_norm: str = "k_norm"
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -59,6 +64,8 @@ FAMILIES: tuple[Family, ...] = (
         fused_qkv=True,
         value_proj="c_attn",
         output_proj="c_proj",
+        query_proj="c_attn",
+        key_proj="c_attn",
     ),
 )
 
@@ -148,3 +155,33 @@ def value_output_maps(family: Family, layer: nn.Module, layout: HeadLayout) -> t
     w_v = w_v.repeat_interleave(layout.group, dim=0)  # (H, d, dh)
     w_o = w_o.reshape(layout.n_heads, dh, d)  # (H, dh, d)
     return w_v.float(), w_o.float()
+
+
+def query_key_maps(family: Family, layer: nn.Module, layout: HeadLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head query and key maps in row-vector form: `W_Q`, `W_K`, each (n_heads, d, head_dim).
+
+    Head h's position-free score is `z_i W_Q[h] W_K[h]ᵀ z_jᵀ` (GQA: heads of one group share their kv head's key
+    map), times the module's constant `scaling`, which is folded into `W_Q`. Where the attention module has
+    per-head QK-norms (`q = rms(z W_Q) ⊙ g_q`), their gains are folded in; the per-token RMS factors they also
+    apply are positive scalars and cannot be (they rescale a token's logits, not the form's directions).
+    Biases are ignored. RoPE is not applied: this is the form at relative offset 0.
+    """
+    attn = attention_module(family, layer)
+    d, dh, H, kv = layout.d_model, layout.head_dim, layout.n_heads, layout.n_kv_heads
+    if family.fused_qkv:  # Conv1D stores (in, out); c_attn's output columns are [q | k | v]
+        weight = getattr(attn, family.query_proj).weight.detach()
+        w_q, w_k = weight[:, :d], weight[:, d : 2 * d]  # (d, H*dh)
+    else:
+        w_q = getattr(attn, family.query_proj).weight.detach().T  # (d, H*dh)
+        w_k = getattr(attn, family.key_proj).weight.detach().T  # (d, kv*dh)
+    w_q = w_q.float().reshape(d, H, dh).permute(1, 0, 2)  # (H, d, dh)
+    w_k = w_k.float().reshape(d, kv, dh).permute(1, 0, 2).repeat_interleave(layout.group, dim=0)  # (H, d, dh)
+    for name, which in ((family.query_norm, "q"), (family.key_norm, "k")):
+        norm = getattr(attn, name, None)
+        if norm is not None and getattr(norm, "weight", None) is not None:
+            gain = norm.weight.detach().float() + family.norm_gain_offset  # (dh,)
+            w_q, w_k = (w_q * gain, w_k) if which == "q" else (w_q, w_k * gain)
+    scaling = getattr(attn, "scaling", None)
+    if scaling is None:
+        scaling = dh**-0.5
+    return w_q * float(scaling), w_k

@@ -1,0 +1,72 @@
+"""Configuration of `sinkscope reproduce`: which models and corpora, and how much of each measurement."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from sinkscope.errors import SinkscopeError
+
+ANCHOR_CORPORA = ("builtin:prose", "builtin:random", "builtin:repeat")  # Gu et al.'s natural / random / repeated
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """Everything that decides the numbers of a reproduction (saved with every section as its reuse key).
+
+    seq_len: T of every analysis (Gu et al.'s sink rate uses T = 64). windows / anchor_windows: windows per main
+    corpus (with the §5 smoothing pass) and per anchor corpus. geometry_cap: attention inputs per layer for the
+    half-space certificates. ablation_windows, ablation_fraction, random_draws: the head ablations (one
+    fraction of all heads, dormant and sink-like sets against `random_draws` random sets). cost_contexts,
+    cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
+    window, every `cost_layer_stride`-th layer). cost_exact_Ts: T of the exact programs checked against the
+    closed forms. regimes: train the bigram-backcopy models (when `train-bb --grid regimes` is available).
+    """
+
+    models: tuple[str, ...] = ("smollm2-135m", "gemma3-270m")
+    corpora: tuple[str, ...] = ("builtin:prose", "builtin:code")
+    seq_len: int = 64
+    windows: int = 32
+    anchor_windows: int = 32
+    geometry_cap: int = 256
+    ablation_windows: int = 16
+    ablation_fraction: float = 0.1
+    random_draws: int = 3
+    cost_contexts: int = 8
+    cost_windows: int = 2
+    cost_layer_stride: int = 1
+    cost_exact_Ts: tuple[int, ...] = (2, 4, 8, 16)
+    regimes: bool = True
+    quick: bool = False
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise SinkscopeError("--models needs at least one model, e.g. --models smollm2-135m")
+        if not self.corpora:
+            raise SinkscopeError("--corpora needs at least one corpus, e.g. --corpora builtin:prose")
+        if self.seq_len < 8:
+            raise SinkscopeError(f"--seq-len {self.seq_len} is too short: use at least 8 (Gu et al. use 64)")
+        for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "cost_windows",
+                     "cost_layer_stride"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise SinkscopeError(f"{name} {getattr(self, name)} must be at least 1")
+        if not 0 < self.ablation_fraction <= 1:
+            raise SinkscopeError(f"ablation_fraction {self.ablation_fraction} must lie in (0, 1]")
+        if self.cost_contexts < 2 or self.cost_contexts > 16:
+            raise SinkscopeError(f"cost_contexts {self.cost_contexts}: use 2..16 (exact programs beyond are slow)")
+
+    @classmethod
+    def preset(cls, quick: bool = False, **overrides) -> ReproduceConfig:
+        """The full settings, or the `--quick` ones (few windows, small geometry cap, every 6th layer's cost):
+        every section still runs, on less data."""
+        config = cls(**overrides)
+        if not quick:
+            return config
+        small = dict(windows=8, anchor_windows=4, geometry_cap=32, ablation_windows=4, random_draws=2,
+                     cost_windows=1, cost_layer_stride=6, cost_exact_Ts=(2, 4, 8), quick=True)  # fmt: skip
+        return replace(config, **{k: v for k, v in small.items() if k not in overrides})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
