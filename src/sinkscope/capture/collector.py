@@ -62,6 +62,7 @@ class StatsCollector:
         self.acc = Accumulator(shapes, maxima=frozenset({"h_cos_max", "z_cos_max"}), device=device)
         self.tokens = KeyedAccumulator({"n": (), "received": (L,), "received_exceed": (L,)}, device=device)
         self.epsilons = torch.tensor(epsilons, dtype=torch.float64, device=device)
+        self.token_epsilon = float(epsilons[0])
         self.group, self.seq_len, self.delta, self.tau = group, seq_len, delta, tau
         self.sample_cap, self.seed = sample_cap, seed
         self.samples: dict[int, tuple[Tensor, Tensor]] = {}  # layer -> (priorities (n,), unit z rows (n, d))
@@ -147,10 +148,10 @@ class StatsCollector:
         received = received_from_columns(columns, diagonal)  # (B, H, T-2)
         per_occurrence = {
             "received": received.sum(1).flatten(),  # summed over heads
-            "received_exceed": (received > self.epsilons[0]).sum(1).flatten().double(),
+            "received_exceed": (received > self.token_epsilon).sum(1).flatten().double(),
         }
-        for name, value in per_occurrence.items():
-            self._batch_tokens[name][:, layer].index_add_(0, self._batch_rows, value)
+        for name, value in per_occurrence.items():  # layers may sit on other devices (--device-map auto)
+            self._batch_tokens[name][:, layer].index_add_(0, self._batch_rows, value.to(self._batch_rows.device))
 
     def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
         """Residual input `h` and attention input `z` (B, T, d) of a layer (SPEC §4)."""
