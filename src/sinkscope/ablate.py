@@ -34,7 +34,7 @@ from torch import Tensor
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
-from sinkscope.staging import staged_directory
+from sinkscope.staging import check_replaceable, staged_directory
 
 Head = tuple[int, int]  # (layer, head)
 MODES = ("zero", "bos")
@@ -429,10 +429,9 @@ def run_ablation(lm: LoadedModel, windows, config: AblateConfig) -> tuple[pd.Dat
 
 
 def check_out_dir(directory: str | Path, overwrite: bool) -> None:
-    """Refuse an existing non-empty output directory unless `overwrite` (check before any model work)."""
-    directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())) and not overwrite:
-        raise SinkscopeError(f"--out {directory} already exists; choose another directory or pass --overwrite")
+    """Refuse an existing non-empty output directory unless `overwrite`, and never one that is not a sinkscope
+    result (check before any model work)."""
+    check_replaceable(directory, overwrite)
 
 
 def save_ablation(

@@ -28,7 +28,7 @@ import pandas as pd
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.provenance import package_versions
-from sinkscope.staging import staged_directory
+from sinkscope.staging import check_replaceable, staged_directory
 from sinkscope.theory.cost import InfeasiblePatternError, ProblemTooLargeError, pattern_cost
 from sinkscope.theory.cost_closed_forms import NORMS, PATTERNS, kappa_for_mass, orthonormal_cost
 
@@ -255,8 +255,7 @@ def run_cost_sweep(
 ) -> pd.DataFrame:
     """Run the sweep and write `out/` atomically: cost.parquet, fits.csv, run.json, figures/*.png (SPEC §6)."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise SinkscopeError(f"--out {out} exists and is not empty: choose another directory or pass --overwrite")
+    check_replaceable(out, overwrite)
     start = time.perf_counter()
     frame = cost_rows(config, progress=progress)
     fits = fit_exponents(frame)

@@ -23,15 +23,14 @@ from pathlib import Path
 
 from sinkscope.errors import SinkscopeError
 
-MARKER = ".sinkscope"  # written into every result directory
-# Files that mark results written before MARKER existed: analyze/cost runs, ablations, train-bb runs.
-LEGACY_MARKERS = ("run.json", "ablation.json", "summary.json")
+# The file every kind of result directory holds: analyze and cost runs, ablations, train-bb runs.
+MARKERS = ("run.json", "ablation.json", "summary.json")
 _TEMPORARY = re.compile(r"\.(?:partial|tmp)-(\d+)(?:-|$)")
 
 
 def is_result_directory(directory: Path) -> bool:
     """Whether `directory` was written by sinkscope (so `--overwrite` may replace it)."""
-    return any((Path(directory) / name).exists() for name in (MARKER, *LEGACY_MARKERS))
+    return any((Path(directory) / name).is_file() for name in MARKERS)
 
 
 def check_replaceable(directory: str | Path, overwrite: bool) -> None:
@@ -145,7 +144,7 @@ def claimed_output(directory: str | Path, overwrite: bool = False) -> Iterator[P
 def staged_directory(directory: str | Path) -> Iterator[Path]:
     """Yield an empty staging directory beside `directory`.
 
-    When the block finishes, the staging directory (with a `.sinkscope` marker) replaces `directory`; when it
+    When the block finishes, the staging directory replaces `directory`; when it
     raises, it is removed, so a crash or Ctrl-C never leaves a half-written result behind. An existing non-empty
     `directory` is replaced only if it is a sinkscope result.
     """
@@ -155,7 +154,6 @@ def staged_directory(directory: str | Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-"))
     try:
         yield staging
-        (staging / MARKER).write_text("written by sinkscope; `--overwrite` may replace this directory\n")
         staging.chmod(0o755)  # mkdtemp makes it private
         if directory.exists():
             check_replaceable(directory, overwrite=True)

@@ -274,3 +274,20 @@ def test_bare_sinkscope_prints_the_help_with_the_commands(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: sinkscope") and all(c in out for c in ("analyze", "report", "ablate", "cost"))
+
+
+def test_ablate_and_cost_guard_their_out_before_the_work(tiny, tmp_path, capsys, no_model):
+    model, corpus = tiny
+    thesis = tmp_path / "thesis"
+    thesis.mkdir()
+    (thesis / "notes.txt").write_text("precious")
+    ablate = ["ablate", "--model", str(model), "--corpus", str(corpus), "--seq-len", "12", "--max-windows", "2"]
+    assert "not a sinkscope result" in one_error(capsys, [*ablate, "--out", str(thesis), "--overwrite"])
+    assert "--batch-size 0 must be at least 1" in one_error(
+        capsys, [*ablate, "--out", str(tmp_path / "a"), "--batch-size", "0"]
+    )
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    assert "cannot write --out" in one_error(capsys, ["cost", "--T", "4", "--d", "4", "--out", str(regular / "c")])
+    assert "not a sinkscope result" in one_error(capsys, ["cost", "--T", "4", "--out", str(thesis), "--overwrite"])
+    assert (thesis / "notes.txt").read_text() == "precious"

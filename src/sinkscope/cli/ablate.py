@@ -59,10 +59,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sinkscope.ablate import AblateConfig, check_out_dir, curve_summary, run_ablation, save_ablation
+    from pathlib import Path
+
+    from sinkscope.ablate import AblateConfig, curve_summary, run_ablation, save_ablation
     from sinkscope.analysis import check_seq_len
+    from sinkscope.cli.analyze import check_arguments
+    from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
+    from sinkscope.staging import claimed_output
 
     config = AblateConfig(
         selections=tuple(args.select or ("lowest-ahon-ln", "highest-hard-sink")),
@@ -73,13 +78,15 @@ def run(args: argparse.Namespace) -> int:
         score_windows=args.score_windows,
         from_run=args.from_run,
     )
-    check_out_dir(args.out, args.overwrite)
-    lm = load_model(args.model, device=args.device, dtype=args.dtype)
-    check_seq_len(lm, args.seq_len)
-    stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
-                     batch_size=args.batch_size, seed=args.seed)  # fmt: skip
-    curve, scores, meta = run_ablation(lm, stream, config)
-    save_ablation(args.out, curve, scores, meta, overwrite=args.overwrite)
+    check_arguments(args)
+    check_source(args.corpus)  # a missing, binary or malformed corpus fails before the model loads
+    with claimed_output(Path(args.out), args.overwrite):
+        lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        check_seq_len(lm, args.seq_len)
+        stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
+                         batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+        curve, scores, meta = run_ablation(lm, stream, config)
+        save_ablation(args.out, curve, scores, meta, overwrite=True)  # --out was checked and claimed above
     print(f"base loss {meta['base_loss']:.4f} nats/token over {stream.count} windows -> {args.out}/ablation.parquet")
     for _, row in curve_summary(curve).iterrows():
         spread = f" ± {row['delta_std']:.4f} (std over {row['draws']} draws)" if row["draws"] > 1 else ""

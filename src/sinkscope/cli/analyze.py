@@ -72,7 +72,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     for name in ("max_windows", "batch_size"):
         if getattr(args, name) < 1:
             raise SinkscopeError(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least 1")
-    if args.checkpoint_every < 0:
+    if getattr(args, "checkpoint_every", 0) < 0:
         raise SinkscopeError(f"--checkpoint-every {args.checkpoint_every} must be ≥ 0 (0: no checkpoints)")
 
 

@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sinkscope.cost_sweep import CostSweepConfig, fit_exponents, run_cost_sweep
+    from sinkscope.staging import claimed_output
 
     families = args.family or (("model",) if args.model else ("orthonormal", "gaussian"))
     if "model" in families and not args.model:
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         rank=args.rank, solver=args.solver, model=args.model or "smollm2-135m",
         layers=args.layer, corpus=args.corpus, normalize=not args.raw,
     )
-    frame = run_cost_sweep(config, Path(args.out), overwrite=args.overwrite, progress=True)
+    with claimed_output(Path(args.out), args.overwrite):  # an unwritable or busy --out fails before the sweep
+        frame = run_cost_sweep(config, Path(args.out), overwrite=True, progress=True)
     print(f"{len(frame)} settings -> {args.out}/cost.parquet; statuses {frame['status'].value_counts().to_dict()}")
     fits = fit_exponents(frame)
     if len(fits):
