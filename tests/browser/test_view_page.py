@@ -7,26 +7,47 @@ The page comes from a tiny random Llama with sharpened queries; the reference at
 import pytest
 
 from integration.view_model import TEXT, eager_attention, save_sharp_llama
-from sinkscope.explorer.page import view
-from sinkscope.explorer.quantise import QUANT_ERROR
+from sinkscope.explorer.page import shown_error, view
 
 pytestmark = pytest.mark.browser
-TOLERANCE = QUANT_ERROR + 5e-7 + 1e-6  # quantisation + 6-decimal display + float32 differences between paths
+FLOAT32 = 1e-6  # differences between sinkscope's capture path and eager attention, both float32
+TOLERANCE = shown_error(16) + FLOAT32  # quantisation + display rounding
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("view")
-    model_dir = save_sharp_llama(directory / "model")
-    page = view(str(model_dir), TEXT, out=directory / "view.html")
-    ids, attn = eager_attention(model_dir, TEXT)
-    return page, attn
+def model(tmp_path_factory):
+    model_dir = save_sharp_llama(tmp_path_factory.mktemp("view") / "model")
+    return model_dir, eager_attention(model_dir, TEXT)[1]
+
+
+@pytest.fixture(scope="module")
+def built(model):
+    model_dir, attn = model
+    return view(str(model_dir), TEXT, out=model_dir.parent / "view16.html", bits=16), attn
+
+
+@pytest.fixture(scope="module")
+def built_8bit(model):
+    model_dir, attn = model
+    return view(str(model_dir), TEXT, out=model_dir.parent / "view8.html"), attn  # the default: 8-bit codes
 
 
 def ready(open_page, page):
     loaded = open_page(page.path, viewport=(1400, 1000))
     loaded.page.wait_for_selector("body[data-ready='1']", timeout=10_000)
     return loaded
+
+
+def drawn(pw_page, l: int, h: int) -> None:
+    """Wait until the map of head (l, h) is on the canvas (maps decode asynchronously)."""
+    pw_page.wait_for_selector(f"#map[data-layer='{l}'][data-head='{h}']", state="attached", timeout=10_000)
+
+
+def redrawn(pw_page, action) -> None:
+    """Run `action` and wait for the map to be drawn again."""
+    before = int(pw_page.locator("#map").get_attribute("data-draws"))
+    action()
+    pw_page.wait_for_function(f"() => +document.getElementById('map').dataset.draws > {before}", timeout=10_000)
 
 
 def hover_cell(pw_page, t: int, k: int) -> dict:
@@ -51,6 +72,7 @@ def test_clicking_a_head_shows_its_map_and_hover_gives_the_models_attention(open
     loaded = ready(open_page, page)
     pw_page = loaded.page
     pw_page.click("#grid .cell[data-layer='1'][data-head='2']")
+    drawn(pw_page, 1, 2)
     title = pw_page.locator("#map-title")
     assert title.get_attribute("data-layer") == "1" and title.get_attribute("data-head") == "2"
     assert "Layer 1, head 2" in title.text_content()
@@ -65,6 +87,20 @@ def test_clicking_a_head_shows_its_map_and_hover_gives_the_models_attention(open
     loaded.assert_clean()
 
 
+def test_default_8bit_page_shows_values_within_its_stated_bound(open_page, built_8bit):
+    page, attn = built_8bit
+    loaded = ready(open_page, page)
+    pw_page = loaded.page
+    bound = pw_page.evaluate("() => JSON.parse(document.getElementById('data').textContent).quant.shown_error")
+    assert bound == pytest.approx(shown_error(8)) and f"{shown_error(8):.1e}" in pw_page.text_content("body")
+    pw_page.click("#grid .cell[data-layer='0'][data-head='3']")
+    drawn(pw_page, 0, 3)
+    for t, k in [(6, 0), (20, 19), (33, 5)]:
+        tip = hover_cell(pw_page, t, k)
+        assert abs(float(tip["value"]) - float(attn[0, 3, t, k])) <= bound + FLOAT32, (t, k, tip)
+    loaded.assert_clean()
+
+
 def test_keyboard_moves_between_heads_and_layers(open_page, built):
     page, attn = built
     L, H = attn.shape[:2]
@@ -73,7 +109,9 @@ def test_keyboard_moves_between_heads_and_layers(open_page, built):
     title = pw_page.locator("#map-title")
 
     def at() -> tuple[int, int]:
-        return int(title.get_attribute("data-layer")), int(title.get_attribute("data-head"))
+        layer, head = int(title.get_attribute("data-layer")), int(title.get_attribute("data-head"))
+        drawn(pw_page, layer, head)
+        return layer, head
 
     assert at() == (0, 0)
     pw_page.keyboard.press("ArrowRight")
@@ -87,7 +125,7 @@ def test_keyboard_moves_between_heads_and_layers(open_page, built):
     assert pw_page.locator(f"#grid .cell[data-layer='{L - 1}'][data-head='{H - 1}']").get_attribute("class").endswith("sel")
     tip = hover_cell(pw_page, 8, 2)
     assert abs(float(tip["value"]) - float(attn[L - 1, H - 1, 8, 2])) <= TOLERANCE
-    pw_page.keyboard.press("l")
+    redrawn(pw_page, lambda: pw_page.keyboard.press("l"))
     assert pw_page.locator("#scale").input_value() == "log"
     loaded.assert_clean()
 
@@ -98,6 +136,7 @@ def test_token_strip_shows_where_a_token_attends_across_heads(open_page, built):
     pw_page = loaded.page
     s = 12
     pw_page.click(f".tok[data-t='{s}']")
+    pw_page.wait_for_selector(f"#token-panel[data-token='{s}']", timeout=10_000)
     assert pw_page.locator("#token-panel").is_visible()
     # The strip is shaded by the current head's (0, 0) row s; each token's title holds the value.
     for k in (0, 4, s):
@@ -112,12 +151,12 @@ def test_token_strip_shows_where_a_token_attends_across_heads(open_page, built):
             received = pw_page.locator(f"#grid-col .cell[data-layer='{l}'][data-head='{h}']").get_attribute("title")
             mean = float(received.split("receives ")[1].split(" ")[0])
             assert mean == pytest.approx(float(attn[l, h, s + 1 :, s].mean()), abs=1e-4)
-    pw_page.select_option("#token-mode", "col")
+    redrawn(pw_page, lambda: pw_page.select_option("#token-mode", "col"))
     value = float(pw_page.locator(".tok[data-t='20']").get_attribute("title").split(": ")[1])
     assert abs(value - float(attn[0, 0, 20, s])) <= TOLERANCE
     # Clicking a head in the token panel opens its map.
     pw_page.click("#grid-col .cell[data-layer='1'][data-head='3']")
-    assert pw_page.locator("#map-title").get_attribute("data-head") == "3"
+    drawn(pw_page, 1, 3)
     loaded.assert_clean()
 
 
@@ -135,10 +174,10 @@ def test_threshold_hides_small_entries_and_log_scale_redraws(open_page, built):
         )
 
     before = brightness()
-    pw_page.fill("#threshold", "0.5")
+    redrawn(pw_page, lambda: pw_page.fill("#threshold", "0.5"))
     assert brightness() > before  # entries below 0.5 are drawn white
-    pw_page.fill("#threshold", "0")
+    redrawn(pw_page, lambda: pw_page.fill("#threshold", "0"))
     assert brightness() == before
-    pw_page.select_option("#scale", "log")
+    redrawn(pw_page, lambda: pw_page.select_option("#scale", "log"))
     assert brightness() < before  # the log scale lifts small entries off white
     loaded.assert_clean()

@@ -10,7 +10,7 @@ import torch
 from sinkscope.corpus.windows import windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.page import view
-from sinkscope.explorer.quantise import QUANT_ERROR, dequantise_maps
+from sinkscope.explorer.quantise import dequantise_maps, quant_error
 from sinkscope.models.load import load_model
 
 from .view_model import TEXT, eager_attention, save_sharp_llama
@@ -27,15 +27,17 @@ def embedded(page_html: str) -> tuple[dict, str]:
     return data, maps
 
 
-def test_page_maps_and_scores_equal_eager_attention(model_dir, tmp_path):
-    page = view(str(model_dir), TEXT, seq_len=30, out=tmp_path / "p.html")
+@pytest.mark.parametrize("bits", [8, 16])
+def test_page_maps_and_scores_equal_eager_attention(model_dir, tmp_path, bits):
+    page = view(str(model_dir), TEXT, seq_len=30, out=tmp_path / "p.html", bits=bits)
     assert page.path.read_text(encoding="utf-8") == page.html and page.n_tokens == 30
     ids, ref = eager_attention(model_dir, TEXT, seq_len=30)
     data, maps = embedded(page.html)
     assert data["ids"] == ids and data["n_tokens"] == 30
     L, H = ref.shape[:2]
-    got = dequantise_maps(maps, L, H, 30)
-    assert np.abs(got - ref.numpy()).max() <= QUANT_ERROR + 1e-6
+    assert data["quant"]["bits"] == bits and data["quant"]["error"] == quant_error(bits)
+    got = dequantise_maps(maps, data["quant"]["offsets"], L, H, 30, bits)
+    assert np.abs(got - ref.numpy()).max() <= quant_error(bits) + 1e-6
     assert ref.max() > 0.9 and ref[..., 1:, :].min() < 1e-3  # the test model's heads really are peaked
     sink = ref[..., :, 0].mean(-1)
     diag = ref.diagonal(dim1=-2, dim2=-1)[..., 1:].mean(-1)
@@ -75,6 +77,7 @@ def test_layer_geometry_equals_hidden_states(model_dir):
         ({"text": "w1", "seq_len": 1}, "--seq-len 1 must lie in 2..1024"),
         ({"text": "w1", "seq_len": 5000}, "--seq-len 5000 must lie in 2..1024"),
         ({"text": "w1", "epsilon": 1.5}, "--epsilon 1.5"),
+        ({"text": "w1", "bits": 10}, "--bits 10 must be one of 8, 12, 16"),
     ],
 )
 def test_bad_input_fails_before_loading_the_model(kwargs, message):

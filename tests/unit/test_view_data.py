@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sinkscope.explorer.page import received_scores
-from sinkscope.explorer.quantise import LEVELS, QUANT_ERROR, dequantise_maps, quantise_maps
+from sinkscope.explorer.quantise import dequantise_maps, levels, quant_error, quantise_maps
 
 
 def causal_maps(L: int, H: int, T: int, sharpness: float, seed: int = 0) -> torch.Tensor:
@@ -15,20 +15,26 @@ def causal_maps(L: int, H: int, T: int, sharpness: float, seed: int = 0) -> torc
     return logits.softmax(-1)
 
 
+@pytest.mark.parametrize("bits", [8, 12, 16])
 @pytest.mark.parametrize("sharpness", [0.1, 3.0, 30.0])
-def test_quantised_maps_are_within_the_stated_bound(sharpness):
+def test_quantised_maps_are_within_the_stated_bound(sharpness, bits):
     attn = causal_maps(3, 2, 17, sharpness)
-    back = dequantise_maps(quantise_maps(attn), 3, 2, 17)
-    assert np.abs(back - attn.double().numpy()).max() <= QUANT_ERROR + 1e-7  # float32 inputs round too
+    payload, offsets = quantise_maps(attn, bits)
+    assert len(offsets) == 3 * 2 + 1
+    back = dequantise_maps(payload, offsets, 3, 2, 17, bits)
+    error = np.abs(back - attn.double().numpy()).max()
+    assert error <= quant_error(bits) + 1e-7  # float32 inputs round too
+    assert error > quant_error(bits) / 4  # and the bound is not loose by orders of magnitude
     assert (back[..., np.triu_indices(17, 1)[0], np.triu_indices(17, 1)[1]] == 0).all()
 
 
-def test_codes_hit_the_ends_exactly():
+@pytest.mark.parametrize("bits, step", [(8, 255), (12, 4095), (16, 65535)])
+def test_codes_hit_the_ends_exactly(bits, step):
     attn = torch.zeros(1, 1, 3, 3)
     attn[0, 0, :, 0] = 1.0  # all mass on BOS
-    back = dequantise_maps(quantise_maps(attn), 1, 1, 3)
+    back = dequantise_maps(*quantise_maps(attn, bits), 1, 1, 3, bits)
     assert back[0, 0, :, 0].tolist() == [1.0, 1.0, 1.0] and back[0, 0, :, 1:].sum() == 0
-    assert LEVELS == 65535 and QUANT_ERROR == pytest.approx(7.63e-6, rel=1e-3)
+    assert levels(bits) == step and quant_error(bits) == 0.5 / step
 
 
 def test_received_scores_match_a_loop():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from torch import Tensor
 from sinkscope.corpus.sources import documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
-from sinkscope.explorer.quantise import LEVELS, QUANT_ERROR, quantise_maps
+from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
 from sinkscope.models.load import LoadedModel
 from sinkscope.stats.geometry import bos_cosine, bos_norm_ratio
 from sinkscope.stats.patterns import (
@@ -37,7 +38,18 @@ from sinkscope.stats.patterns import (
 from sinkscope.stats.switch import value_drain
 
 TOP_SINKS = 3  # strongest non-BOS keys marked per head
-DISPLAY_DECIMALS = 6  # hover values: quantisation 7.6e-6 + display rounding 5e-7 < 1e-5
+DEFAULT_BITS = 8  # SmolLM2 on 256 tokens: 2.5 MB (16 bits: 11.4 MB), see docs/view.md
+
+
+def display_decimals(bits: int) -> int:
+    """Decimals the page prints: enough that display rounding adds at most half the quantisation error
+    (8 bits: 3, 12: 4, 16: 6)."""
+    return math.floor(-math.log10(quant_error(bits))) + 1
+
+
+def shown_error(bits: int) -> float:
+    """Bound on |number the page prints - the model's attention|: quantisation plus display rounding."""
+    return quant_error(bits) + 0.5 * 10 ** -display_decimals(bits)
 
 
 @dataclass
@@ -127,7 +139,7 @@ def token_labels(tokenizer, ids: Tensor) -> list[str]:
     return [tokenizer.decode([int(i)]) for i in ids]
 
 
-def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: float) -> dict:
+def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: float, bits: int) -> dict:
     """Everything the page shows except the maps, as JSON-ready values."""
     L, H, T, _ = capture.attn.shape
     return {
@@ -140,12 +152,14 @@ def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: floa
         "heads": head_table(capture.attn, capture.value_norms, epsilon, delta),
         "layers": layer_table(capture, delta),
         "thresholds": {"epsilon": epsilon, "delta": delta, **HEAD_CLASS_THRESHOLDS},
-        "quant": {"levels": LEVELS, "error": QUANT_ERROR, "decimals": DISPLAY_DECIMALS},
+        "quant": {"bits": bits, "levels": levels(bits), "error": quant_error(bits),
+                  "decimals": display_decimals(bits), "shown_error": shown_error(bits)},
     }
 
 
 def render(data: dict, maps: str) -> str:
-    """The page: the template with `data` as JSON and the quantised maps as base64."""
+    """The page: the template with `data` as JSON (`data["quant"]["offsets"]` locating each head's stream in
+    `maps`) and the quantised maps as base64."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("sinkscope.explorer", "templates"), autoescape=select_autoescape())
@@ -154,9 +168,11 @@ def render(data: dict, maps: str) -> str:
     return env.get_template("view.html.j2").render(data=data, data_json=payload, maps=maps)
 
 
-def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float) -> list[str]:
+def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float, bits: int) -> list[str]:
     if (text is None) == (file is None):
         raise SinkscopeError("pass exactly one of --text or --file")
+    if bits not in BITS:
+        raise SinkscopeError(f"--bits {bits} must be one of {', '.join(map(str, BITS))}")
     for name, value in (("epsilon", epsilon), ("delta", delta)):
         if not 0 < value < 1:
             raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
@@ -180,15 +196,18 @@ def view(
     delta: float = 0.1,
     device: str = "cpu",
     dtype: str = "float32",
+    bits: int = DEFAULT_BITS,
 ) -> ViewPage:
     """An interactive page of one text's attention (every head's map, head classes, BOS geometry per layer).
 
     `model`: a `LoadedModel` or anything `sinkscope.load_model` takes. `text` or `file` (a text file is split
     into documents at blank lines and joined with EOS, as a corpus window is); the text is BOS-prefixed and cut
     to `seq_len` tokens (default: all, at most 1024). `epsilon`/`delta`: the sink and hard-pattern thresholds of
-    `analyze`. Writes the page to `out` when given. See docs/view.md.
+    `analyze`. `bits` (8, 12 or 16): the maps' quantisation, each entry within `quant_error(bits)` of the model's
+    attention (8: 2.0e-3, 12: 1.2e-4, 16: 7.6e-6, for a page about 2.5×, 4.6× as large). Writes the page to
+    `out` when given. See docs/view.md.
     """
-    docs = _check_args(text, file, epsilon, delta)
+    docs = _check_args(text, file, epsilon, delta, bits)
     check_length(seq_len)
     if isinstance(model, str):
         from sinkscope.models.load import load_model
@@ -196,7 +215,9 @@ def view(
         model = load_model(model, device=device, dtype=dtype)
     ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
     capture = capture_text(model, ids)
-    page = ViewPage(render(page_data(model, capture, epsilon, delta), quantise_maps(capture.attn)), len(ids))
+    data = page_data(model, capture, epsilon, delta, bits)
+    maps, data["quant"]["offsets"] = quantise_maps(capture.attn, bits)
+    page = ViewPage(render(data, maps), len(ids))
     if out is not None:
         page.save(out)
     return page

@@ -1,12 +1,15 @@
 """Pack causal attention maps into a small, exact-to-a-stated-bound byte string for the page.
 
 What is kept: every entry of the causal part (row t, keys 0..t) of every head's map; the entries above the
-diagonal are exactly 0 (causal) and are not stored. Each probability p ∈ [0, 1] becomes the 16-bit code
-`q = round(p · 65535)`, so the page's `q / 65535` is within `QUANT_ERROR = 1/(2·65535) ≈ 7.6e-6` of p.
+diagonal are exactly 0 (causal) and are not stored. With `bits` b ∈ {8, 12, 16}, each probability p ∈ [0, 1]
+becomes the code `q = round(p · (2^b - 1))`, so the page's `q / (2^b - 1)` is within `quant_error(b) =
+1/(2·(2^b - 1))` of p (8: 2.0e-3, 12: 1.2e-4, 16: 7.6e-6).
 Layout: head (l, h) in row-major order, then query rows t = 0..T-1, each holding keys 0..t, i.e. head
-`l·H + h` starts at entry `(l·H + h)·T(T+1)/2` and its row t at `t(t+1)/2` within it. The codes are stored as
-two byte planes (all high bytes, then all low bytes: the high plane is mostly zeros and compresses well),
-zlib-compressed and base64-encoded; the page decompresses them with the browser's `DecompressionStream`.
+`l·H + h` holds `T(T+1)/2` entries, its row t starting at `t(t+1)/2`. Each head is its own zlib stream (so the
+page decompresses the head it shows first and the rest in the background, with the browser's
+`DecompressionStream`); within a head, codes over 8 bits are stored as two byte planes (all high bytes, then all
+low bytes: the high plane is mostly zeros and compresses well), 8-bit codes as one. The streams are concatenated
+and base64-encoded; `offsets[i]` is where head i's stream starts (the last entry: the total length).
 """
 
 from __future__ import annotations
@@ -17,25 +20,45 @@ import zlib
 import numpy as np
 from torch import Tensor
 
-LEVELS = 65535
-QUANT_ERROR = 0.5 / LEVELS
+BITS = (8, 12, 16)
 
 
-def quantise_maps(attn: Tensor) -> str:
-    """(L, H, T, T) causal attention → base64 of zlib(high bytes ‖ low bytes) of the 16-bit codes."""
+def levels(bits: int) -> int:
+    """Largest code: p = 1 maps to `2^bits - 1`."""
+    return (1 << bits) - 1
+
+
+def quant_error(bits: int) -> float:
+    """Bound on |shown - p| from rounding to the nearest code: half a step."""
+    return 0.5 / levels(bits)
+
+
+def quantise_maps(attn: Tensor, bits: int = 16) -> tuple[str, list[int]]:
+    """(L, H, T, T) causal attention → (base64 of the heads' zlib streams, their byte offsets)."""
     T = attn.shape[-1]
     rows, cols = np.tril_indices(T)
-    probs = attn.detach().float().cpu().numpy()[..., rows, cols]  # (L, H, T(T+1)/2)
-    codes = np.rint(np.clip(probs, 0.0, 1.0) * LEVELS).astype(">u2").reshape(-1)  # big-endian: high byte first
-    planes = codes.view(np.uint8).reshape(-1, 2).T  # (2, N): row 0 the high bytes, row 1 the low bytes
-    return base64.b64encode(zlib.compress(np.ascontiguousarray(planes).tobytes(), 6)).decode("ascii")
+    probs = attn.detach().float().cpu().numpy()[..., rows, cols].reshape(-1, len(rows))  # (L·H, T(T+1)/2)
+    codes = np.rint(np.clip(probs, 0.0, 1.0) * levels(bits))
+    streams, offsets = [], [0]
+    for head in codes:
+        if bits <= 8:
+            raw = head.astype(np.uint8).tobytes()
+        else:  # big-endian: each code's high byte first, so the (2, N) view is (high plane, low plane)
+            raw = np.ascontiguousarray(head.astype(">u2").view(np.uint8).reshape(-1, 2).T).tobytes()
+        streams.append(zlib.compress(raw, 6))
+        offsets.append(offsets[-1] + len(streams[-1]))
+    return base64.b64encode(b"".join(streams)).decode("ascii"), offsets
 
 
-def dequantise_maps(payload: str, layers: int, heads: int, seq_len: int) -> np.ndarray:
-    """The inverse of `quantise_maps` up to `QUANT_ERROR`: (L, H, T, T) float64 with zeros above the diagonal."""
-    planes = np.frombuffer(zlib.decompress(base64.b64decode(payload)), dtype=np.uint8).reshape(2, -1)
-    codes = planes[0].astype(np.int64) * 256 + planes[1]
+def dequantise_maps(
+    payload: str, offsets: list[int], layers: int, heads: int, seq_len: int, bits: int = 16
+) -> np.ndarray:
+    """The inverse of `quantise_maps` up to `quant_error(bits)`: (L, H, T, T) float64, zeros above the diagonal."""
+    blob = base64.b64decode(payload)
     rows, cols = np.tril_indices(seq_len)
-    maps = np.zeros((layers, heads, seq_len, seq_len))
-    maps[..., rows, cols] = codes.reshape(layers, heads, -1) / LEVELS
-    return maps
+    maps = np.zeros((layers * heads, seq_len, seq_len))
+    for index in range(layers * heads):
+        raw = np.frombuffer(zlib.decompress(blob[offsets[index] : offsets[index + 1]]), dtype=np.uint8)
+        codes = raw.astype(np.int64) if bits <= 8 else raw[: len(rows)].astype(np.int64) * 256 + raw[len(rows) :]
+        maps[index, rows, cols] = codes / levels(bits)
+    return maps.reshape(layers, heads, seq_len, seq_len)
