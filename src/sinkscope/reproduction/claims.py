@@ -76,7 +76,7 @@ def _plain(value):
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, (float, np.floating)):
-        return None if not math.isfinite(float(value)) else round(float(value), 6)
+        return None if not math.isfinite(float(value)) else float(f"{float(value):.6g}")
     return value
 
 

@@ -16,7 +16,9 @@ class ReproduceConfig:
     seq_len: T of every analysis (Gu et al.'s sink rate uses T = 64). windows / anchor_windows: windows per main
     corpus (with the §5 smoothing pass) and per anchor corpus. geometry_cap: attention inputs per layer for the
     half-space certificates. ablation_windows, ablation_fraction, random_draws: the head ablations (one
-    fraction of all heads, dormant and sink-like sets against `random_draws` random sets). cost_contexts,
+    fraction of all heads, dormant and sink-like sets against `random_draws` random sets).
+    smoothing_layer_stride: the oversmoothing columns of every stride-th layer (1: all, in the capture pass; else
+    a second pass over those layers). cost_contexts,
     cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
     window, every `cost_layer_stride`-th layer). cost_exact_Ts: T of the exact programs checked against the
     closed forms. regimes: train the bigram-backcopy models (when `train-bb --grid regimes` is available).
@@ -34,6 +36,7 @@ class ReproduceConfig:
     cost_contexts: int = 8
     cost_windows: int = 2
     cost_layer_stride: int = 1
+    smoothing_layer_stride: int = 1
     cost_exact_Ts: tuple[int, ...] = (2, 4, 8, 16)
     regimes: bool = True
     quick: bool = False
@@ -49,7 +52,7 @@ class ReproduceConfig:
         if self.seq_len < 8:
             raise SinkscopeError(f"--seq-len {self.seq_len} is too short: use at least 8 (Gu et al. use 64)")
         for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "cost_windows",
-                     "cost_layer_stride"):  # fmt: skip
+                     "cost_layer_stride", "smoothing_layer_stride"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise SinkscopeError(f"{name} {getattr(self, name)} must be at least 1")
         if not 0 < self.ablation_fraction <= 1:
@@ -59,13 +62,15 @@ class ReproduceConfig:
 
     @classmethod
     def preset(cls, quick: bool = False, **overrides) -> ReproduceConfig:
-        """The full settings, or the `--quick` ones (few windows, small geometry cap, every 6th layer's cost):
+        """The full settings, or the `--quick` ones (few windows, small geometry cap, every 6th layer's cost and
+        oversmoothing columns):
         every section still runs, on less data."""
         config = cls(**overrides)
         if not quick:
             return config
-        small = dict(windows=8, anchor_windows=4, geometry_cap=32, ablation_windows=4, random_draws=2,
-                     cost_windows=1, cost_layer_stride=6, cost_exact_Ts=(2, 4, 8), quick=True)  # fmt: skip
+        small = dict(windows=8, anchor_windows=2, geometry_cap=32, ablation_windows=2, random_draws=2,
+                     cost_windows=1, cost_layer_stride=6, smoothing_layer_stride=6, cost_exact_Ts=(2, 4, 8),
+                     quick=True)  # fmt: skip
         return replace(config, **{k: v for k, v in small.items() if k not in overrides})
 
     def to_dict(self) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.reproduction.claims import CLAIMS
-from sinkscope.staging import staged_directory
+from sinkscope.reproduction.files import swapped_directory
 
 SECTIONS = (
     {
@@ -126,10 +126,10 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
     """Write verdicts.json, tables/, figures/, report.md and report.html into `out`."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
-    with staged_directory(out / "tables") as staging:
+    with swapped_directory(out / "tables") as staging:
         table_names = write_tables(staging, evidence, theory)
     figures = _figures(evidence, theory)
-    with staged_directory(out / "figures") as staging:
+    with swapped_directory(out / "figures") as staging:
         for name, png in figures.items():
             (staging / f"{name}.png").write_bytes(png)
     (out / "verdicts.json").write_text(json.dumps(summary["verdicts"], indent=2, ensure_ascii=False))

@@ -27,7 +27,7 @@ import pandas as pd
 
 from sinkscope.reproduction.claims import Verdict
 from sinkscope.reproduction.config import ANCHOR_CORPORA, ReproduceConfig
-from sinkscope.staging import staged_directory
+from sinkscope.reproduction.files import swapped_directory
 
 KEY_FILE = "reproduce-key.json"
 
@@ -102,7 +102,8 @@ class ModelSections:
         n_windows = c.windows if smoothing else c.anchor_windows
         analyze_config = AnalyzeConfig(geometry_cap=c.geometry_cap, seed=c.seed)
         key = {"section": "analyze", "model": self.name, "corpus": corpus, "seq_len": c.seq_len,
-               "windows": n_windows, "smoothing": smoothing, "config": asdict(analyze_config), "dtype": c.dtype}  # fmt: skip
+               "windows": n_windows, "smoothing": smoothing, "config": asdict(analyze_config), "dtype": c.dtype,
+               "smoothing_layer_stride": c.smoothing_layer_stride if smoothing else None}  # fmt: skip
         directory = self.out / f"analyze-{slug(corpus)}"
 
         def compute(target: Path) -> None:
@@ -111,7 +112,13 @@ class ModelSections:
 
             lm = self.lm
             stream = windows(corpus, lm.tokenizer, c.seq_len, n_windows, seed=c.seed)
-            run = analyze(lm, stream, analyze_config, progress=True, smoothing=smoothing)
+            every_layer = smoothing and c.smoothing_layer_stride == 1
+            run = analyze(lm, stream, analyze_config, progress=True, smoothing=every_layer)
+            if smoothing and not every_layer:  # a second pass over the windows, for every stride-th layer only
+                from sinkscope.smoothing import merge_smoothing, smoothing_analysis
+
+                layers = list(range(0, len(lm.layers), c.smoothing_layer_stride))
+                merge_smoothing(run, smoothing_analysis(lm, stream, layers=layers))
             run.save(target, overwrite=True, report=False)
 
         label = f"analyze {corpus}{' + smoothing' if smoothing else ''} ({n_windows} windows, T={c.seq_len})"
@@ -153,7 +160,7 @@ class ModelSections:
         def compute(target: Path) -> None:
             frame = real_layer_costs(self.lm, c.corpora[0], c.cost_contexts, c.cost_windows, c.cost_layer_stride,
                                      c.seed)  # fmt: skip
-            with staged_directory(target) as staging:
+            with swapped_directory(target) as staging:
                 frame.to_parquet(staging / "cost_layers.parquet", index=False)
 
         label = f"exact costs on layers (T={c.cost_contexts}, {c.cost_windows} window(s), stride {c.cost_layer_stride})"
@@ -170,7 +177,7 @@ class ModelSections:
 
             lm = self.lm
             frame = weight_table(lm, default_bos_id(lm.tokenizer))
-            with staged_directory(target) as staging:
+            with swapped_directory(target) as staging:
                 frame.to_parquet(staging / "weights.parquet", index=False)
 
         return pd.read_parquet(self.section("weight spectra", directory, key, compute) / "weights.parquet")
@@ -227,7 +234,7 @@ def cost_theory(config: ReproduceConfig, out: Path) -> pd.DataFrame:
                 rows.append({"T": T, "pattern": pattern, "norm": norm,
                              "closed_form": orthonormal_cost(T, pattern, norm, 1.0), "exact": exact})  # fmt: skip
     frame = pd.DataFrame(rows)
-    with staged_directory(directory) as staging:
+    with swapped_directory(directory) as staging:
         frame.to_parquet(staging / "cost_theory.parquet", index=False)
     write_key(directory, key)
     return frame

@@ -1,0 +1,51 @@
+"""`sinkscope reproduce` end to end on a tiny random Llama directory: outputs, verdict records, and reuse."""
+
+import json
+
+import pytest
+
+from sinkscope.reproduction.claims import CLAIMS, VERDICTS
+from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.run import KEY_FILE, reproduce
+
+from .tiny_checkpoint import save_tiny_llama
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return str(save_tiny_llama(tmp_path_factory.mktemp("tiny") / "llama"))
+
+
+def section_stamps(out):
+    return {path.parent.name: path.stat().st_mtime_ns for path in out.rglob(KEY_FILE)}
+
+
+def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, tmp_path):
+    config = ReproduceConfig.preset(True, models=(tiny_model,), corpora=("builtin:prose",), seq_len=16,
+                                    geometry_cap=16)
+    out = tmp_path / "repro"
+    first = reproduce(config, out)
+    records = json.loads((out / "verdicts.json").read_text())
+    assert {r["claim"] for r in records} == set(CLAIMS)
+    for record in records:
+        assert record["verdict"] in VERDICTS and set(record) >= {"claim", "model", "verdict", "evidence", "thresholds"}
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64") == 6 and all(f'id="{claim}"' in html for claim in CLAIMS)
+    assert "## 6. Anchors from earlier work" in (out / "report.md").read_text()
+    for name in ("geometry", "heads", "weights", "ablation", "cost_layers", "anchors", "cost_theory"):
+        assert (out / "tables" / f"{name}.csv").stat().st_size > 0
+    assert first["reused"][tiny_model] == []
+    stamps = section_stamps(out)
+    assert len(stamps) == 7  # 3 analyses, ablate, cost-layers, weights, theory
+
+    second = reproduce(config, out)
+    assert len(second["reused"][tiny_model]) == 6 and second["section_seconds"][tiny_model] == {}
+    assert section_stamps(out) == stamps  # nothing recomputed
+    assert json.loads((out / "verdicts.json").read_text()) == records
+
+    third = reproduce(ReproduceConfig.preset(True, **{**_overrides(config), "ablation_fraction": 0.25}), out)
+    assert list(third["section_seconds"][tiny_model]) == ["ablate 0.25 of heads (2 windows)"]
+
+
+def _overrides(config):
+    return dict(models=config.models, corpora=config.corpora, seq_len=config.seq_len, geometry_cap=config.geometry_cap)
