@@ -16,6 +16,7 @@ from sinkscope.synthetic.measures import (
     pattern_masses,
     qk_norms,
     row_entropy,
+    switch_off_frac,
     value_drain,
 )
 from sinkscope.synthetic.summary import classify_pattern, cost_predictions
@@ -120,3 +121,50 @@ def test_row_entropy_of_one_hot_uniform_and_loop() -> None:
     loop = [stats.entropy(probs[i, 0, p, : p + 1].numpy()) / math.log(p + 1)
             for i in range(b) for p in range(1, t) if batch.is_plain[i, p]]
     assert abs(float(ent[2]) - float(np.mean(loop))) < 1e-5
+
+
+def test_without_bos_position_zero_is_no_query() -> None:
+    """Hand-built attention: position 0 attends to itself (BOS and diagonal at once), every later query spreads
+    uniformly; the masses must be the mean over non-trigger queries at positions ≥ 1 only, by a loop."""
+    batch = GBBTask(GBBConfig(vocab_size=8, n_triggers=2, length=20, bos=False)).sample(
+        6, torch.Generator().manual_seed(0))
+    b, t = batch.inputs.shape
+    assert not batch.is_plain[:, 0].any() and batch.is_plain[:, 1:].any()
+    causal = torch.ones(t, t).tril()
+    uniform = (causal / causal.sum(-1, keepdim=True)).expand(b, 1, t, t)
+    m = pattern_masses(uniform, batch)
+    queries = [p for i in range(b) for p in range(1, t) if batch.is_plain[i, p]]
+    expected = float(np.mean([1 / (p + 1) for p in queries]))  # A[p, 0] = A[p, p] = 1/(p+1)
+    assert abs(float(m["bos_attn"][0]) - expected) < 1e-6 and abs(float(m["diag_attn"][0]) - expected) < 1e-6
+    assert abs(float(row_entropy(uniform, batch.is_plain)[0]) - 1.0) < 1e-5
+    # a head whose only non-uniform row is position 0 is indistinguishable from the uniform one
+    changed = uniform.clone()
+    changed[:, :, 0, 0] = 1.0
+    assert torch.equal(pattern_masses(changed, batch)["bos_attn"], m["bos_attn"])
+
+
+def test_switch_off_fraction_by_loop() -> None:
+    batch = small_batch()
+    b, t = batch.inputs.shape
+    values = torch.randn(b, 2, t, 4)
+    values[:, 0, 0] = 0.0  # head 0: a sink whose value is 0, so every query that sinks is switched off
+    sink = torch.zeros(b, 1, t, t)
+    sink[..., 0] = 1.0
+    causal = torch.ones(t, t).tril()
+    probs = torch.cat([sink, torch.softmax(torch.randn(b, 1, t, t).masked_fill(causal == 0, -math.inf), -1)], 1)
+    gates = torch.rand(b, 2, t)
+    off = switch_off_frac(probs, values, None, batch.is_plain)
+    assert float(off[0]) == 1.0
+    gated = switch_off_frac(probs, values, gates, batch.is_plain)
+    loop = []
+    for i in range(b):
+        for p in range(t):
+            if batch.is_plain[i, p]:
+                o = gates[i, 1, p] * (probs[i, 1, p] @ values[i, 1])
+                loop.append(float(o.norm() <= 0.1 * values[i, 1].norm(dim=-1).mean()))
+    assert abs(float(gated[1]) - np.mean(loop)) < 1e-9
+
+
+def test_gated_head_is_switched_off() -> None:
+    assert classify_pattern(0.3, 0.1, 0.1, 1.0, 0.6, gate=0.01) == "gated"
+    assert classify_pattern(0.9, 0.0, 0.0, 1.0, 0.2, gate=0.9) == "sink"

@@ -121,3 +121,56 @@ def test_model_is_causal(positional: str, norm_position: str, norm: str, kind: s
 def test_config_rejects_bad_values(bad: dict) -> None:
     with pytest.raises(SinkscopeError):
         TinyTransformerConfig(**bad)
+
+
+def _weights(model: TinyTransformer, kind: type) -> list[torch.Tensor]:
+    return [m.weight.detach().flatten() for m in model.modules() if isinstance(m, kind)]
+
+
+def _ks(sample: torch.Tensor, dist: str, args: tuple[float, ...]) -> float:
+    from scipy import stats
+
+    return stats.kstest(sample.double().numpy(), dist, args=args).pvalue
+
+
+@pytest.mark.parametrize("init,linear_std,embedding_std", [("gpt2", 0.02, 0.02), ("scaled", 0.3, 1.5)])
+def test_normal_inits_draw_the_stated_normals(init: str, linear_std: float, embedding_std: float) -> None:
+    extra = {"init_std": linear_std, "embedding_init_std": embedding_std} if init == "scaled" else {}
+    torch.manual_seed(0)
+    cfg = TinyTransformerConfig(n_layers=2, d_model=32, attention="sigmoid_gate", init=init, **extra)
+    model = TinyTransformer(cfg, vocab_in=65, vocab_out=64, max_len=33)
+    linear, embedding = torch.cat(_weights(model, torch.nn.Linear)), torch.cat(_weights(model, torch.nn.Embedding))
+    # KS against the closed-form normal cdf, and the sample std within 3 standard errors of the stated one
+    assert _ks(linear, "norm", (0.0, linear_std)) > 1e-3 and _ks(embedding, "norm", (0.0, embedding_std)) > 1e-3
+    for sample, std in ((linear, linear_std), (embedding, embedding_std)):
+        assert abs(float(sample.std()) - std) < 3 * std / math.sqrt(2 * sample.numel())
+    gate_bias = model.blocks[0].attn.gate.bias
+    assert torch.equal(gate_bias, torch.zeros_like(gate_bias))
+
+
+def test_torch_init_keeps_pytorch_defaults() -> None:
+    torch.manual_seed(0)
+    cfg = TinyTransformerConfig(n_layers=2, d_model=32, attention="sigmoid_gate", init="torch")
+    model = TinyTransformer(cfg, vocab_in=65, vocab_out=64, max_len=33)
+    embedding = torch.cat(_weights(model, torch.nn.Embedding))
+    assert _ks(embedding, "norm", (0.0, 1.0)) > 1e-3  # Embedding: N(0, 1)
+    for module in (m for m in model.modules() if isinstance(m, torch.nn.Linear)):
+        bound = 1 / math.sqrt(module.in_features)  # Linear: U(±1/√fan_in), weight and bias
+        sample = module.weight.detach().flatten()
+        if sample.numel() >= 500:
+            assert _ks(sample, "uniform", (-bound, 2 * bound)) > 1e-3
+        assert float(sample.abs().max()) <= bound
+        if module.bias is not None:
+            bias = module.bias.detach().abs()
+            assert float(bias.max()) <= bound and float(bias.max()) > 0
+    norm = model.blocks[0].norm1.weight
+    assert torch.equal(norm, torch.ones_like(norm))
+
+
+def test_init_stds_need_the_scaled_init() -> None:
+    with pytest.raises(SinkscopeError, match="init=scaled"):
+        TinyTransformerConfig(init="torch", init_std=0.1)
+    with pytest.raises(SinkscopeError, match="positive"):
+        TinyTransformerConfig(init="scaled", embedding_init_std=0.0)
+    with pytest.raises(SinkscopeError, match="init="):
+        TinyTransformerConfig(init="xavier")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,9 @@ from sinkscope.cli import train_bb as train_bb_cli
 from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic.bigram_backcopy import GBBTask
 from sinkscope.synthetic.evaluation import METRIC_COLUMNS, evaluate
+from sinkscope.synthetic.experiments import run_grid
+from sinkscope.synthetic.regimes import CELL_COLUMNS, REGIME_COLUMNS, RegimeGrid, run_regimes
+from sinkscope.synthetic.summary import PATTERNS
 from sinkscope.synthetic.train import RunConfig, learning_rate, load_checkpoint, train_bb
 
 TINY = {
@@ -91,3 +95,54 @@ def test_cli_grid_from_json_and_bad_input(tmp_path: Path) -> None:
         cli(["train-bb", "--out", str(tmp_path / "x"), "--set", "model.depth=3"])
     with pytest.raises(SinkscopeError, match="not empty"):
         train_bb(RunConfig(), tmp_path / "g")
+
+
+def test_every_head_is_reported(tmp_path: Path) -> None:
+    """2 layers × 2 heads: the summary, the one-line headline, the page and the grid timeline name all 4 heads."""
+    config = RunConfig().with_overrides({**TINY, "model.n_layers": 2, "model.n_heads": 2, "train.steps": 4,
+                                         "train.eval_every": 2})
+    table = run_grid({"r": {}}, config, tmp_path / "g", log=False)
+    summary = json.loads((tmp_path / "g" / "r" / "summary.json").read_text())
+    names = [f"L{layer}H{head}" for layer in range(2) for head in range(2)]
+    assert [(h["layer"], h["head"]) for h in summary["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(h["pattern"] in PATTERNS for h in summary["heads"])
+    assert all(name in summary["heads_line"] for name in names) and table["heads"][0] == summary["heads_line"]
+    page = (tmp_path / "g" / "r" / "report.html").read_text()
+    assert all(f"{name} " in page for name in names)
+    timeline = pd.read_parquet(tmp_path / "g" / "timeline.parquet")
+    assert len(timeline) == 3 * 4 and set(zip(timeline["layer"], timeline["head"])) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+def test_seeds_give_mean_and_spread(tmp_path: Path) -> None:
+    config = RunConfig().with_overrides({**TINY, "train.steps": 3, "train.eval_every": 3})
+    table = run_grid({"r": {}}, config, tmp_path / "s", log=False, seeds=(0, 1, 2))
+    assert list(table["seed"]) == [0, 1, 2] and (tmp_path / "s" / "r" / "seed_2" / "summary.json").is_file()
+    seeds = pd.read_parquet(tmp_path / "s" / "seeds.parquet").iloc[0]
+    assert seeds["n_seeds"] == 3 and seeds["agreement"].endswith("/3")
+    assert abs(seeds["bos_attn"] - table["bos_attn"].mean()) < 1e-12
+    assert abs(seeds["bos_attn_std"] - table["bos_attn"].std(ddof=0)) < 1e-12
+    assert table["bos_attn"].nunique() == 3  # the seed changes the model
+    with pytest.raises(SinkscopeError, match="--seeds"):
+        cli(["train-bb", "--out", str(tmp_path / "x"), "--seeds", "0,a"])
+
+
+def test_tiny_regime_map_writes_the_documented_columns(tmp_path: Path) -> None:
+    base = RunConfig().with_overrides({**TINY, "train.eval_every": 2, "train.checkpoint_every": 2})
+    grid = RegimeGrid(inits=("gpt2", "torch"), bos=(True, False), weight_decays=(0.0,), variants=("softmax",),
+                      seeds=(0, 1, 2), steps=2)
+    rows = run_regimes(base, tmp_path / "m", grid=grid)
+    saved = pd.read_parquet(tmp_path / "m" / "regimes.parquet")
+    assert tuple(saved.columns) == REGIME_COLUMNS and len(saved) == 4 * 3
+    pd.testing.assert_frame_equal(saved, rows)
+    assert set(zip(saved["init"], saved["bos"])) == {("gpt2", True), ("gpt2", False), ("torch", True), ("torch", False)}
+    assert saved.loc[saved["init"] == "torch", "embedding_init_std"].eq(1.0).all()
+    assert abs(saved.loc[saved["init"] == "torch", "init_std"].iloc[0] - 1 / math.sqrt(3 * 32)) < 1e-12
+    assert saved["pattern"].isin(PATTERNS).all() and (saved["wqk_nuclear"] >= saved["wqk_frobenius"]).all()
+    cells = pd.read_parquet(tmp_path / "m" / "regime_cells.parquet")
+    assert tuple(cells.columns) == CELL_COLUMNS and len(cells) == 4 and cells["agreement"].str.endswith("/3").all()
+    for name in ("phase_diagram.png", "wqk_costs.png"):
+        assert (tmp_path / "m" / "figures" / name).read_bytes()[:4] == b"\x89PNG"
+    config = json.loads((tmp_path / "m" / "runs" / saved["cell"][6] / "seed_0" / "config.json").read_text())
+    assert config["model"]["init"] == "torch" and config["task"]["bos"] is True
+    with pytest.raises(SinkscopeError, match="3 distinct seeds"):
+        RegimeGrid(inits=("gpt2",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1), steps=2)

@@ -1,4 +1,5 @@
-"""`sinkscope train-bb`: train tiny transformers on the gBB task (SPEC §7) and watch sinks or diagonals emerge."""
+"""`sinkscope train-bb`: train tiny transformers on the gBB task (docs/experiments.md) and watch sinks or diagonals
+emerge."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ EPILOG = """examples:
   sinkscope train-bb --out runs/bb_grid --grid ablations # 14 runs: no BOS, RoPE, sink logit, ReLU, gate, wd sweep
   sinkscope train-bb --out runs/x --set model.n_layers=1 --set task.p_copy=0.5
   sinkscope train-bb --out runs/g --grid my_grid.json    # {"name": {"train.weight_decay": 0.3}, ...}
+  sinkscope train-bb --out runs/bb_torch --init torch --seeds 0,1,2   # PyTorch's default init, 3 seeds, mean ± std
+  sinkscope train-bb --out runs/regimes --grid regimes --quick --workers 2   # the regime map, reduced grid
 outputs: config.json, metrics.parquet, summary.json, checkpoints/*.safetensors, figures/*.png, report.html
-(a grid also writes summary.parquet with one row per run)."""
+(a grid also writes summary.parquet with one row per run and timeline.parquet with every head over steps;
+--seeds adds seeds.parquet; --grid regimes writes regimes.parquet, regime_cells.parquet and
+figures/phase_diagram.png). See docs/experiments.md."""
 
 # (flag, dotted config key, type, help) for the most used settings; --set reaches every field.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
@@ -39,6 +44,9 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--positional", "model.positional", str, "learned | rope | none"),
     ("--norm", "model.norm", str, "layernorm | rmsnorm"),
     ("--norm-position", "model.norm_position", str, "pre | post"),
+    ("--init", "model.init", str, "gpt2 = N(0, 0.02²) | torch = PyTorch defaults | scaled (the two stds below)"),
+    ("--init-std", "model.init_std", float, "std of Linear weights with --init scaled"),
+    ("--embedding-init-std", "model.embedding_init_std", float, "std of embeddings with --init scaled"),
 )
 
 
@@ -51,7 +59,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", type=Path, required=True, help="run directory (a grid: one subfolder per run)")
-    parser.add_argument("--grid", help="built-in grid (default, ablations, weight_decay) or a JSON experiment file")
+    parser.add_argument(
+        "--grid", help="built-in grid (default, ablations, weight_decay, regimes) or a JSON experiment file"
+    )
+    parser.add_argument("--seeds", help="comma-separated seeds, e.g. 0,1,2: one run per seed, mean ± spread")
+    parser.add_argument("--quick", action="store_true", help="with --grid regimes: the reduced grid (12 runs)")
+    parser.add_argument("--workers", type=int, default=1, help="with --grid regimes: runs trained at once")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     parser.add_argument("--no-bos", action="store_true", help="remove BOS from the model's input")
     parser.add_argument("--no-mlp", action="store_true", help="attention-only blocks")
@@ -85,23 +98,66 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _seeds(text: str | None) -> tuple[int, ...] | None:
+    from sinkscope.errors import SinkscopeError
+
+    if text is None:
+        return None
+    try:
+        seeds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise SinkscopeError(f"--seeds {text!r}: use comma-separated integers, e.g. --seeds 0,1,2") from None
+    if len(set(seeds)) != len(seeds):
+        raise SinkscopeError(f"--seeds {text!r}: a seed is repeated; give distinct seeds")
+    return seeds
+
+
+def _run_regimes(args: argparse.Namespace, overrides: dict[str, Any], seeds: tuple[int, ...] | None) -> int:
+    from dataclasses import replace
+
+    from sinkscope.synthetic.regimes import FULL_GRID, QUICK_GRID, REGIME_BASE, run_regimes
+    from sinkscope.synthetic.train import RunConfig
+
+    base = RunConfig().with_overrides({**REGIME_BASE, **overrides})
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    if seeds:
+        grid = replace(grid, seeds=seeds)
+    rows = run_regimes(base, args.out, grid=grid, overwrite=args.overwrite, workers=args.workers,
+                       progress=None if args.quiet else lambda line: print(line, flush=True))
+    import pandas as pd
+
+    cells = pd.read_parquet(args.out / "regime_cells.parquet")
+    print(cells[["cell", "pattern", "agreement", "bos_mass", "diag_mass", "entropy", "copy_acc",
+                 "wqk_nuc_over_fro", "nuclear_over_pred"]].round(3).to_string(index=False))
+    print(f"{len(rows)} runs; wrote {args.out}/regimes.parquet, regime_cells.parquet, figures/phase_diagram.png")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from sinkscope.synthetic.experiments import load_grid, run_grid
     from sinkscope.synthetic.train import RunConfig, train_bb
 
-    base = RunConfig().with_overrides(_overrides(args))
-    if args.grid:
-        table = run_grid(load_grid(args.grid), base, args.out, overwrite=args.overwrite, log=not args.quiet)
-        print(table[["run", "pattern", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn"]].to_string())
-        print(f"wrote {args.out}/summary.parquet and one folder per run")
+    overrides = _overrides(args)
+    seeds = _seeds(args.seeds)
+    if args.grid == "regimes":
+        return _run_regimes(args, overrides, seeds)
+    base = RunConfig().with_overrides(overrides)
+    if args.grid or seeds:
+        grid = load_grid(args.grid) if args.grid else {"run": {}}
+        table = run_grid(grid, base, args.out, overwrite=args.overwrite, log=not args.quiet, seeds=seeds)
+        print(table[["run", *(["seed"] if seeds else []), "heads", "copy_acc", "excess_loss_noncopy",
+                     "bos_attn", "diag_attn"]].to_string(index=False))
+        if seeds:
+            import pandas as pd
+
+            for row in pd.read_parquet(args.out / "seeds.parquet").itertuples():
+                spread = "  ".join(f"{k} {getattr(row, k):.3f} ± {getattr(row, k + '_std'):.3f}"
+                                   for k in ("copy_acc", "bos_attn", "diag_attn", "entropy"))
+                print(f"{row.run}: copy head {row.pattern} ({row.agreement} seeds)  {spread}")
+        print(f"wrote {args.out}/summary.parquet{', seeds.parquet' if seeds else ''} and one folder per run")
         return 0
     summary = train_bb(base, args.out, overwrite=args.overwrite, log=not args.quiet)
-    head = summary["copy_head"]
-    final = summary["copy_head_final"]
-    print(
-        f"copy_acc {summary['copy_acc']:.3f}  excess_loss_noncopy {summary['excess_loss_noncopy']:.4f}  "
-        f"copy head L{head['layer']}H{head['head']}: {head['pattern']} "
-        f"(BOS {final['bos_attn']:.2f}, diag {final['diag_attn']:.2f})"
-    )
+    print(f"copy_acc {summary['copy_acc']:.3f}  excess_loss_noncopy {summary['excess_loss_noncopy']:.4f}  "
+          f"heads: {summary['heads_line']}")
     print(f"wrote {args.out}/report.html")
     return 0

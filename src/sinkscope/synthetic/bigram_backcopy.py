@@ -67,7 +67,8 @@ class GBBBatch:
     `oracle` (B, T, V) the Bayes-optimal distribution of the target given the prefix;
     `is_copy` (B, T) queries whose token is a trigger with a copy source (t-k ≥ 1);
     `copy_key` (B, T) the model position of that source (p - k), -1 elsewhere;
-    `is_plain` (B, T) queries that are neither BOS nor a trigger ("non-trigger queries");
+    `is_plain` (B, T) "non-trigger queries": neither BOS nor a trigger, at model position ≥ 1 (SPEC §7: without
+    BOS, model position 0 can only attend to itself, so it says nothing about a head's choice of pattern);
     `copy_offset` k, so that the copy pattern's key of any query p is p - k.
     """
 
@@ -185,8 +186,8 @@ class GBBTask:
         t = torch.arange(cfg.length - 1)
         trig = s[:, :-1] < cfg.n_triggers
         is_copy = trig & (t - cfg.copy_offset >= 1)
-        is_plain = ~trig & (t >= 1)
         first = 0 if cfg.bos else 1  # raw index of model position 0
+        is_plain = ~trig & (t >= first + 1)  # model position ≥ 1 (with BOS: raw t ≥ 1 is not BOS)
         copy_key = torch.where(is_copy, (t - cfg.copy_offset - first).expand_as(is_copy), -1)
         return GBBBatch(
             inputs=s[:, first:-1],

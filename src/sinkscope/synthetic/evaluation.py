@@ -21,6 +21,7 @@ from sinkscope.synthetic.measures import (
     pattern_masses,
     qk_norms,
     row_entropy,
+    switch_off_frac,
     value_drain,
 )
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
@@ -30,7 +31,7 @@ METRIC_COLUMNS = (
     "step", "layer", "head",
     "loss", "bayes_loss", "excess_loss", "excess_loss_noncopy", "copy_acc", "copy_loss",
     "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "gate_copy", "sink_logit",
-    "sink_margin", "diag_margin", "value_drain", "bos_resid_norm", "bos_resid_ratio",
+    "switch_off", "sink_margin", "diag_margin", "value_drain", "bos_resid_norm", "bos_resid_ratio",
     "z_norm_sq", "wqk_nuclear", "wqk_frobenius",
 )
 
@@ -42,7 +43,8 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
     `excess_loss_noncopy` is KL(oracle ‖ model) averaged over every position that is not a copy query
     ("elsewhere" in SPEC §7); `row_mass` is the mean attention row sum on non-trigger queries (1 for softmax,
     < 1 when a learned sink logit or ReLU attention lets the head attend to nothing); `gate_plain`/`gate_copy`
-    the mean output gate on non-trigger/copy queries (NaN without gates); `z_norm_sq` the mean squared norm
+    the mean output gate on non-trigger/copy queries (NaN without gates); `switch_off` the fraction of
+    non-trigger queries the head switches off (SPEC §3, `measures.switch_off_frac`); `z_norm_sq` the mean squared norm
     of the attention inputs, which sets the scale of W_QK (logits are z W_QK zᵀ).
     """
     was_training = model.training
@@ -66,6 +68,7 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
         margins = pattern_margins(trace.probs, batch)
         entropy = row_entropy(trace.probs, batch.is_plain)
         drain = value_drain(trace.values)
+        off = switch_off_frac(trace.probs, trace.values, trace.gates, batch.is_plain)
         nuclear, frobenius = qk_norms(block.attn.w_qk())
         bos_norm, bos_ratio = first_token_norm(trace.resid)
         row_mass = trace.probs.sum(-1).transpose(0, 1)[:, batch.is_plain].mean(-1)  # (H,)
@@ -86,6 +89,7 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
                 "gate_plain": float(gates[batch.is_plain].mean()) if gates is not None else math.nan,
                 "gate_copy": float(gates[batch.is_copy].mean()) if gates is not None else math.nan,
                 "sink_logit": float(sink_logit[head]) if sink_logit is not None else math.nan,
+                "switch_off": float(off[head]),
                 "sink_margin": float(margins["sink_margin"][head]),
                 "diag_margin": float(margins["diag_margin"][head]),
                 "value_drain": float(drain[head]),

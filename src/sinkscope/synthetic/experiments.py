@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.synthetic.summary import row_pattern
 from sinkscope.synthetic.train import RunConfig, train_bb
 
 WEIGHT_DECAYS = (0.0, 0.01, 0.1, 1.0)  # the default run uses 0.1
@@ -52,7 +53,7 @@ def load_grid(name_or_path: str) -> dict[str, dict[str, Any]]:
     path = Path(name_or_path)
     if not path.is_file():
         raise SinkscopeError(
-            f"--grid {name_or_path!r}: neither a built-in grid ({', '.join(GRIDS)}) nor a JSON file"
+            f"--grid {name_or_path!r}: neither a built-in grid ({', '.join(GRIDS)}, regimes) nor a JSON file"
         )
     grid = json.loads(path.read_text())
     if not isinstance(grid, dict) or not all(isinstance(v, dict) for v in grid.values()):
@@ -60,62 +61,101 @@ def load_grid(name_or_path: str) -> dict[str, dict[str, Any]]:
     return grid
 
 
-# Columns of summary.parquet: one row per run of a grid.
+# Columns of summary.parquet: one row per run (and seed) of a grid.
 SUMMARY_KEYS = (
     "seconds", "loss", "bayes_loss", "excess_loss_noncopy", "copy_acc", "copy_head_wqk_nuc_over_fro",
     "copy_head_pred_nuclear", "first_step_copy_acc_0.9", "first_step_copy_head_bos_0.5",
     "first_step_copy_head_diag_0.5",
 )
+# Columns averaged over seeds in seeds.parquet (mean and `_std`).
+SEED_KEYS = ("copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn", "entropy", "switch_off", "wqk_nuclear",
+             "wqk_frobenius", "copy_head_wqk_nuc_over_fro")
 
 
 def summary_row(name: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """One flat row of a run's summary (copy-head pattern, masses, norms, timings)."""
-    head = summary["copy_head"]
+    """One flat row of a run's summary: every head's pattern (`heads`), the copy and switch heads, the copy
+    head's final masses and norms, timings."""
+    head, switch = summary["copy_head"], summary["switch_head"]
     return {
         "run": name,
+        "heads": summary["heads_line"],
         "copy_head": f"L{head['layer']}H{head['head']}",
         "pattern": head["pattern"],
+        "switch_head": f"L{switch['layer']}H{switch['head']}",
+        "switch_pattern": switch["pattern"],
         **{k: summary[k] for k in SUMMARY_KEYS},
         **summary["copy_head_final"],
     }
 
 
-def copy_head_timeline(run_dir: Path) -> pd.DataFrame:
-    """The copy head's curves of one run (rows = eval steps): its pattern on non-trigger queries over time."""
-    run_dir = Path(run_dir)
-    head = json.loads((run_dir / "summary.json").read_text())["copy_head"]
-    metrics = pd.read_parquet(run_dir / "metrics.parquet")
-    rows = metrics[(metrics["layer"] == head["layer"]) & (metrics["head"] == head["head"])]
-    columns = ["step", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn", "prev_attn", "copy_attn",
-               "row_mass", "gate_plain", "value_drain", "wqk_nuclear", "wqk_frobenius"]
-    return rows[columns].sort_values("step").reset_index(drop=True)
+def head_timeline(run_dir: Path) -> pd.DataFrame:
+    """Every head of one run over the eval steps (rows = step × layer × head): its pattern on non-trigger
+    queries (`summary.classify_pattern`) and the curves behind it."""
+    metrics = pd.read_parquet(Path(run_dir) / "metrics.parquet")
+    columns = ["step", "layer", "head", "pattern", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn",
+               "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "switch_off", "value_drain",
+               "wqk_nuclear", "wqk_frobenius"]
+    metrics["pattern"] = [row_pattern(row) for row in metrics.itertuples()]
+    return metrics[columns].sort_values(["step", "layer", "head"]).reset_index(drop=True)
+
+
+def seed_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± spread over seeds: one row per run of a `run_grid` table with a `seed` column. `pattern` is the
+    copy head's majority pattern and `agreement` its count (e.g. 2/3); `X_std` the population std of X."""
+    rows = []
+    for name, group in table.groupby("run", sort=False):
+        counts = group["pattern"].value_counts()
+        rows.append({
+            "run": name, "n_seeds": len(group), "pattern": counts.index[0],
+            "agreement": f"{counts.iloc[0]}/{len(group)}", "patterns": ", ".join(group["pattern"]),
+            **{k: group[k].mean() for k in SEED_KEYS},
+            **{f"{k}_std": group[k].std(ddof=0) for k in SEED_KEYS},
+        })
+    return pd.DataFrame(rows)
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.rename(path)
 
 
 def run_grid(
-    grid: dict[str, dict[str, Any]], base: RunConfig, out_dir: Path, overwrite: bool = False, log: bool = True
+    grid: dict[str, dict[str, Any]],
+    base: RunConfig,
+    out_dir: Path,
+    overwrite: bool = False,
+    log: bool = True,
+    seeds: tuple[int, ...] | None = None,
 ) -> pd.DataFrame:
-    """Train every run of `grid` into `out_dir/<name>/`; write `out_dir/summary.parquet` (one row per run) and
-    `out_dir/timeline.parquet` (the copy head of every run over steps, see `copy_head_timeline`).
+    """Train every run of `grid` into `out_dir/<name>/` (with `seeds`: `out_dir/<name>/seed_<s>/`, one run per
+    seed); write `out_dir/summary.parquet` (one row per run and seed, see `summary_row`),
+    `out_dir/timeline.parquet` (every head of every run over steps, see `head_timeline`) and with `seeds`
+    `out_dir/seeds.parquet` (mean ± spread over seeds, see `seed_table`).
 
     Runs whose directory already holds a summary.json are reused unless `overwrite`, so an interrupted grid
     resumes where it stopped.
     """
     out_dir = Path(out_dir)
-    configs = {name: base.with_overrides(overrides) for name, overrides in grid.items()}  # validate all first
-    rows = []
-    for name, config in configs.items():
-        run_dir = out_dir / name
+    jobs = []  # (name, seed or None, run dir, config), all validated before any training
+    for name, overrides in grid.items():
+        for seed in seeds if seeds else (None,):
+            extra = {} if seed is None else {"train.seed": seed}
+            run_dir = out_dir / name if seed is None else out_dir / name / f"seed_{seed}"
+            jobs.append((name, seed, run_dir, base.with_overrides({**overrides, **extra})))
+    rows, timelines = [], []
+    for name, seed, run_dir, config in jobs:
         if (run_dir / "summary.json").is_file() and not overwrite:
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
             if log:
-                print(f"== {name}: {grid[name]}", flush=True)
+                print(f"== {name}{'' if seed is None else f' seed {seed}'}: {grid[name]}", flush=True)
             summary = train_bb(config, run_dir, overwrite=True, log=log)
-        rows.append(summary_row(name, summary))
+        rows.append({**summary_row(name, summary), **({} if seed is None else {"seed": seed})})
+        timelines.append(head_timeline(run_dir).assign(run=name, **({} if seed is None else {"seed": seed})))
     table = pd.DataFrame(rows)
-    timeline = pd.concat([copy_head_timeline(out_dir / name).assign(run=name) for name in configs])
-    for name, frame in (("summary", table), ("timeline", timeline)):
-        tmp = out_dir / f".{name}.parquet.tmp"
-        frame.to_parquet(tmp, index=False)
-        tmp.rename(out_dir / f"{name}.parquet")
+    _write_parquet(table, out_dir / "summary.parquet")
+    _write_parquet(pd.concat(timelines), out_dir / "timeline.parquet")
+    if seeds:
+        _write_parquet(seed_table(table), out_dir / "seeds.parquet")
     return table

@@ -2,6 +2,9 @@
 
 Pure functions over tensors of one evaluation batch; no model, no I/O. Model positions follow `GBBBatch`:
 position 0 is BOS when the task has one (otherwise the first real token, reported under the same name).
+"Non-trigger queries" are `GBBBatch.is_plain`, which never contains model position 0 (it can only attend to
+itself). The SPEC §2–§3 definitions come from `sinkscope.stats` (row entropy, value drain), applied to these
+query sets.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from sinkscope.stats import patterns, switch
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 
 _TINY = 1e-30
@@ -69,14 +73,11 @@ def row_entropy(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """SPEC §2 entropy per head (H,): mean over masked queries t ≥ 1 of `H(A[t, :t+1]) / log(t+1)`.
 
     probs (B, H, T, T), mask (B, T). Rows that do not sum to 1 (sink logit, ReLU) are renormalised first;
-    0 = one-hot, 1 = uniform over the visible keys.
+    0 = one-hot, 1 = uniform over the visible keys (`sinkscope.stats.patterns.row_entropy` on the kept rows).
     """
-    t = probs.shape[-1]
     p = probs / probs.sum(-1, keepdim=True).clamp_min(_TINY)
-    ent = -(p * p.clamp_min(_TINY).log()).sum(-1)  # (B, H, T)
-    scale = torch.log(torch.arange(1, t + 1, dtype=probs.dtype)).clamp_min(_TINY)  # log(t+1); t = 0 masked
-    keep = mask & (torch.arange(t) >= 1)
-    return (ent / scale).transpose(0, 1)[:, keep].mean(-1)
+    ent = patterns.row_entropy(p)  # (B, H, T-1): queries t = 1..T-1
+    return ent.transpose(0, 1)[:, mask[:, 1:]].mean(-1)
 
 
 def pattern_margins(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tensor]:
@@ -102,8 +103,27 @@ def pattern_margins(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Ten
 
 def value_drain(values: torch.Tensor) -> torch.Tensor:
     """SPEC §3 value drain `||v_0|| / mean_{j≥1} ||v_j||` per head (H,), averaged over windows; values (B, H, T, dh)."""
-    norms = values.norm(dim=-1)  # (B, H, T)
-    return (norms[..., 0] / norms[..., 1:].mean(-1)).mean(0)
+    return switch.value_drain(values.norm(dim=-1)).mean(0)
+
+
+SWITCH_TAU = 0.1  # SPEC §3: a query is switched off when ||o_t|| ≤ τ · mean_j ||v_j||
+
+
+def switch_off_frac(
+    probs: torch.Tensor, values: torch.Tensor, gates: torch.Tensor | None, mask: torch.Tensor, tau: float = SWITCH_TAU
+) -> torch.Tensor:
+    """Fraction (H,) of masked queries that the head switches off (SPEC §3 hard switch).
+
+    `o_t = g_t Σ_j A[t,j] v_j` is the head output before the output projection (gate `g_t` = 1 without
+    gating); the query is off when `||o_t|| ≤ τ · mean_j ||v_j||` (mean over the window's positions).
+    probs (B, H, T, T), values (B, H, T, dh), gates (B, H, T) or None, mask (B, T).
+    """
+    out = probs @ values  # (B, H, T, dh)
+    if gates is not None:
+        out = out * gates.unsqueeze(-1)
+    value_norms = values.norm(dim=-1)  # (B, H, T)
+    off = out.norm(dim=-1) <= tau * value_norms.mean(-1, keepdim=True)
+    return off.double().transpose(0, 1)[:, mask].mean(-1)
 
 
 def first_token_norm(resid: torch.Tensor) -> tuple[float, float]:

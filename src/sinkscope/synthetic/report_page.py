@@ -107,7 +107,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
     body = "".join(
         "<tr>" + "".join(
-            f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>" for v in row.values()
+            f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{'–' if v is None else html.escape(str(v))}</td>"
+            for v in row.values()
         ) + "</tr>"
         for row in rows
     )
@@ -116,6 +117,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def write_report(path: Path, config: RunConfig, summary: dict[str, Any], figures: list[Path]) -> None:
     """A single HTML page: headline numbers, final heads, cost predictions, figures, config."""
+    from sinkscope.report.html import STYLE  # the analyze report's look
     headline = {k: summary[k] for k in (
         "final_step", "seconds", "loss", "bayes_loss", "excess_loss_noncopy", "copy_acc",
         "copy_head_wqk_nuc_over_fro", "copy_head_pred_nuclear",
@@ -126,14 +128,16 @@ def write_report(path: Path, config: RunConfig, summary: dict[str, Any], figures
         for p in figures
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>sinkscope gBB lab run</title>
-<style>body{{font-family:sans-serif;max-width:1000px;margin:auto}}table{{border-collapse:collapse;font-size:12px}}
-td,th{{border:1px solid #ccc;padding:2px 6px}}pre{{font-size:11px;background:#f6f6f6}}</style></head><body>
-<h1>gBB lab run (SPEC §7)</h1>
-<p>Copy head: layer {summary["copy_head"]["layer"]}, head {summary["copy_head"]["head"]};
-pattern on non-trigger queries: <b>{html.escape(summary["copy_head"]["pattern"])}</b>.</p>
+<style>{STYLE}pre{{font-size:11px;background:#f6f6f6;overflow-x:auto}}</style></head><body>
+<h1>gBB lab run</h1>
+<p>Every head's pattern on non-trigger queries (off = fraction of them switched off; docs/experiments.md):
+<b>{html.escape(summary["heads_line"])}</b>.<br>
+Copy head: layer {summary["copy_head"]["layer"]}, head {summary["copy_head"]["head"]}
+({html.escape(summary["copy_head"]["pattern"])}); dominant switch head: layer {summary["switch_head"]["layer"]},
+head {summary["switch_head"]["head"]} ({html.escape(summary["switch_head"]["pattern"])}).</p>
 <h2>Headline</h2>{_table([headline])}
 <h2>Final heads</h2>{_table(summary["heads"])}
-<h2>SPEC §7 cost predictions (per unit margin, orthonormal embeddings)</h2>{_table([summary["predictions"]])}
+<h2>Cost predictions (per unit margin, orthonormal embeddings; docs/experiments.md)</h2>{_table([summary["predictions"]])}
 <h2>Curves</h2>{images}
 <h2>Config</h2><pre>{html.escape(json.dumps(config.to_dict(), indent=2))}</pre>
 </body></html>"""

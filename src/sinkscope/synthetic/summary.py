@@ -14,22 +14,49 @@ if TYPE_CHECKING:
     from sinkscope.synthetic.train import RunConfig
 
 # A head's pattern on non-trigger queries: "null" when its rows carry < NULL_MASS in total (learned sink logit,
-# ReLU), else "sink"/"diagonal"/"previous" when ≥ PATTERN_MASS of the row's mass is on position 0/the query
-# itself/position t-k (the copy pattern kept on every query), else "dense" when the SPEC §2 entropy is
-# ≥ DENSE_ENTROPY (close to uniform over the visible keys), else "mixed".
+# ReLU), "gated" when its mean output gate is < NULL_MASS (sigmoid gate), else "sink"/"diagonal"/"previous" when
+# ≥ PATTERN_MASS of the row's mass is on position 0/the query itself/position t-k (the copy pattern kept on every
+# query), else "dense" when the SPEC §2 entropy is ≥ DENSE_ENTROPY (close to uniform over the visible keys), else
+# "mixed". (`sinkscope.stats.patterns.head_class` classifies real-model heads over all queries, with the sink
+# score including t = 0; the lab classifies on non-trigger queries only and needs the null and gated classes.)
 NULL_MASS = 0.5
 PATTERN_MASS = 0.5
 DENSE_ENTROPY = 0.95
+SWITCH_PATTERNS = ("sink", "diagonal", "null", "gated")  # the ways a head can switch off on non-trigger queries
+PATTERNS = (*SWITCH_PATTERNS, "previous", "dense", "mixed")
+
+# Final per-head numbers kept in summary.json (columns of metrics.parquet).
+HEAD_KEYS = (
+    "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "gate_copy",
+    "sink_logit", "switch_off", "value_drain", "bos_resid_ratio", "wqk_nuclear", "wqk_frobenius", "sink_margin",
+    "diag_margin", "z_norm_sq",
+)
 
 
-def classify_pattern(bos_attn: float, diag_attn: float, prev_attn: float, row_mass: float, entropy: float) -> str:
-    """The head's pattern on non-trigger queries from its mean masses and entropy (thresholds above)."""
+def classify_pattern(
+    bos_attn: float, diag_attn: float, prev_attn: float, row_mass: float, entropy: float, gate: float = math.nan
+) -> str:
+    """The head's pattern on non-trigger queries from its mean masses, entropy and gate (thresholds above)."""
     if row_mass < NULL_MASS:
         return "null"
+    if math.isfinite(gate) and gate < NULL_MASS:
+        return "gated"
     for name, mass in (("sink", bos_attn), ("diagonal", diag_attn), ("previous", prev_attn)):
         if mass >= PATTERN_MASS * row_mass:
             return name
     return "dense" if entropy >= DENSE_ENTROPY else "mixed"
+
+
+def row_pattern(row: Any) -> str:
+    """`classify_pattern` of one metrics row (a namedtuple or Series with the metrics.parquet columns)."""
+    return classify_pattern(row.bos_attn, row.diag_attn, row.prev_attn, row.row_mass, row.entropy, row.gate_plain)
+
+
+def switch_strength(row: Any) -> float:
+    """How completely a head switches off on non-trigger queries, whichever way: the largest of its BOS mass,
+    diagonal mass, missing row mass `1 - row_mass` and closed gate `1 - gate` (0 for a uniform head)."""
+    gate = 1 - row.gate_plain if math.isfinite(row.gate_plain) else 0.0
+    return max(row.bos_attn, row.diag_attn, 1 - row.row_mass, gate)
 
 
 def cost_predictions(vocab_size: int, n_triggers: int) -> dict[str, float]:
@@ -62,58 +89,69 @@ def _first_step(steps: pd.Series, condition: pd.Series) -> int | None:
     return int(hits.iloc[0]) if len(hits) else None
 
 
-def summarize(metrics: pd.DataFrame, config: RunConfig, seconds: float) -> dict[str, Any]:
-    """Final model-level numbers, every head's final pattern, and the copy head's story over time.
+def head_costs(row: Any, pattern: str, pred: dict[str, float]) -> dict[str, float]:
+    """The head's `nuclear / Frobenius` ratio and its heuristic predicted nuclear norm for the pattern it uses:
+    `κ · cost_per_kappa / mean ||z||²`, κ its observed median margin (logits are `z W zᵀ`, so a W on embeddings
+    of squared norm r² needs 1/r² of the unit-norm cost); the diagonal's closed form for diagonal heads, the
+    sink's otherwise. A heuristic: learned embeddings are not orthonormal, and the same W_QK also carries the
+    copy pattern."""
+    diagonal = pattern == "diagonal"
+    margin = row.diag_margin if diagonal else row.sink_margin
+    per_kappa = pred["pred_diag_nuclear_per_kappa"] if diagonal else pred["pred_sink_nuclear_per_kappa"]
+    return {
+        "wqk_nuc_over_fro": float(row.wqk_nuclear / row.wqk_frobenius),
+        "pred_nuclear": float(margin * per_kappa / row.z_norm_sq) if math.isfinite(margin) else math.nan,
+        "pred_nuc_over_fro": pred["pred_diag_nuc_over_fro"] if diagonal else pred["pred_sink_nuc_over_fro"],
+    }
 
-    The copy head is the (layer, head) with the largest final `copy_attn`. Its predicted W_QK nuclear norm
-    for the pattern it uses is `κ · cost_per_kappa / mean ||z||²` with κ its observed median margin (logits are
-    `z W zᵀ`, so a W on embeddings of squared norm r² needs 1/r² of the unit-norm cost); it is a heuristic
-    (learned embeddings are not orthonormal, and the same W_QK also carries the copy pattern).
+
+def heads_line(heads: list[dict[str, Any]]) -> str:
+    """Every head's final pattern in one line, e.g. `L0H0 sink (off 0.97), L1H0 dense`."""
+    def one(h: dict[str, Any]) -> str:
+        off = f" (off {h['switch_off']:.2f})" if h["switch_off"] >= 0.05 else ""
+        return f"L{h['layer']}H{h['head']} {h['pattern']}{off}"
+    return ", ".join(one(h) for h in heads)
+
+
+def summarize(metrics: pd.DataFrame, config: RunConfig, seconds: float) -> dict[str, Any]:
+    """Final model-level numbers, every head's final pattern, and the copy and switch heads' stories over time.
+
+    The copy head is the (layer, head) with the largest final `copy_attn`; the (dominant) switch head the one
+    with the largest final `switch_strength` (the head that best switches off on non-trigger queries). Each
+    gets its `head_costs` against the SPEC §7 closed forms.
     """
     final_step = int(metrics["step"].max())
     final = metrics[metrics["step"] == final_step].reset_index(drop=True)
-    heads = []
-    for row in final.itertuples():
-        heads.append({
-            "layer": int(row.layer),
-            "head": int(row.head),
-            "pattern": classify_pattern(
-                row.bos_attn, row.diag_attn, row.prev_attn, row.row_mass, row.entropy
-            ),
-            **{k: float(getattr(row, k)) for k in (
-                "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "sink_logit",
-                "value_drain", "bos_resid_ratio", "wqk_nuclear", "wqk_frobenius", "sink_margin", "diag_margin",
-            )},
-        })
-    copy_row = final.loc[final["copy_attn"].idxmax()]
-    layer, head = int(copy_row["layer"]), int(copy_row["head"])
-    history = metrics[(metrics["layer"] == layer) & (metrics["head"] == head)].sort_values("step")
-    pattern = classify_pattern(
-        copy_row["bos_attn"], copy_row["diag_attn"], copy_row["prev_attn"], copy_row["row_mass"], copy_row["entropy"]
-    )
+    heads = [
+        {"layer": int(row.layer), "head": int(row.head), "pattern": row_pattern(row),
+         "switch_strength": float(switch_strength(row)), **{k: float(getattr(row, k)) for k in HEAD_KEYS}}
+        for row in final.itertuples()
+    ]
     pred = cost_predictions(config.task.vocab_size, config.task.n_triggers)
-    margin = copy_row["diag_margin"] if pattern == "diagonal" else copy_row["sink_margin"]
-    per_kappa = pred["pred_diag_nuclear_per_kappa"] if pattern == "diagonal" else pred["pred_sink_nuclear_per_kappa"]
+    chosen = {}
+    for role, index in (("copy_head", final["copy_attn"].idxmax()),
+                        ("switch_head", max(range(len(heads)), key=lambda i: heads[i]["switch_strength"]))):
+        row = final.loc[index]
+        pattern = heads[index]["pattern"]
+        chosen[role] = {"layer": int(row["layer"]), "head": int(row["head"]), "pattern": pattern}
+        chosen[f"{role}_final"] = {k: float(row[k]) for k in HEAD_KEYS}
+        chosen[f"{role}_costs"] = head_costs(row, pattern, pred)
+    copy = chosen["copy_head"]
+    history = metrics[(metrics["layer"] == copy["layer"]) & (metrics["head"] == copy["head"])].sort_values("step")
     first_model = metrics.drop_duplicates("step").sort_values("step")
+    last = final.iloc[0]
     return _nan_to_none({
         "variant_config": config.to_dict(),
         "seconds": round(seconds, 1),
         "final_step": final_step,
-        "loss": float(copy_row["loss"]),
-        "bayes_loss": float(copy_row["bayes_loss"]),
-        "excess_loss_noncopy": float(copy_row["excess_loss_noncopy"]),
-        "copy_acc": float(copy_row["copy_acc"]),
-        "copy_head": {"layer": layer, "head": head, "pattern": pattern},
-        "copy_head_final": {k: float(copy_row[k]) for k in (
-            "bos_attn", "diag_attn", "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "gate_copy",
-            "sink_logit",
-            "value_drain", "bos_resid_ratio", "wqk_nuclear", "wqk_frobenius", "sink_margin", "diag_margin",
-            "z_norm_sq",
-        )},
-        "copy_head_wqk_nuc_over_fro": float(copy_row["wqk_nuclear"] / copy_row["wqk_frobenius"]),
-        "copy_head_pred_nuclear": (
-            float(margin * per_kappa / copy_row["z_norm_sq"]) if math.isfinite(margin) else math.nan
-        ),
+        "loss": float(last["loss"]),
+        "bayes_loss": float(last["bayes_loss"]),
+        "excess_loss_noncopy": float(last["excess_loss_noncopy"]),
+        "copy_acc": float(last["copy_acc"]),
+        "heads_line": heads_line(heads),
+        **chosen,
+        "copy_head_wqk_nuc_over_fro": chosen["copy_head_costs"]["wqk_nuc_over_fro"],
+        "copy_head_pred_nuclear": chosen["copy_head_costs"]["pred_nuclear"],
         "first_step_copy_acc_0.9": _first_step(first_model["step"], first_model["copy_acc"] >= 0.9),
         "first_step_copy_head_bos_0.5": _first_step(history["step"], history["bos_attn"] >= 0.5),
         "first_step_copy_head_diag_0.5": _first_step(history["step"], history["diag_attn"] >= 0.5),

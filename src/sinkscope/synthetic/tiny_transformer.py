@@ -8,6 +8,12 @@ logits `l_ij = q_i·k_j / √d_head` of a causal head (j ≤ i):
 - `relu`: `A_ij = relu(l_ij) / (i + 1)` (ReLU attention normalised by the number of visible keys).
 - `sigmoid_gate`: softmax attention whose head output is multiplied by a per-token, per-head gate
   `σ(z_i·w_g^h + c^h)` (head-wise output gating; the head can switch itself off without a sink).
+Initialisation (`init`), part of the configuration because it decides which pattern a small model learns
+(docs/experiments.md):
+- `gpt2`: every Linear and Embedding weight ~ N(0, 0.02²), biases 0 (GPT-2 / nanoGPT);
+- `torch`: PyTorch's defaults: Embedding N(0, 1), Linear weight and bias U(±1/√fan_in) (kaiming_uniform with
+  a = √5), norms' gain 1;
+- `scaled`: Linear weights ~ N(0, init_std²), Embedding weights ~ N(0, embedding_init_std²), biases 0.
 Row-vector convention of SPEC: the head's bilinear form is `l_ij = z_i W_QK z_jᵀ` with
 `W_QK = W_Q^h W_K^hᵀ / √d_head` (d×d), `z` the attention input after the norm (gain included).
 """
@@ -27,6 +33,8 @@ ATTENTIONS = ("softmax", "softmax_sink", "relu", "sigmoid_gate")
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 POSITIONALS = ("learned", "rope", "none")
+INITS = ("gpt2", "torch", "scaled")
+GPT2_STD = 0.02
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class TinyTransformerConfig:
     norm_position: str = "pre"
     positional: str = "learned"
     attention: str = "softmax"
+    init: str = "gpt2"  # gpt2 | torch | scaled (module doc)
+    init_std: float = GPT2_STD  # Linear weights' std, init="scaled" only
+    embedding_init_std: float = GPT2_STD  # Embedding weights' std, init="scaled" only
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
@@ -49,6 +60,7 @@ class TinyTransformerConfig:
             ("norm_position", self.norm_position, NORM_POSITIONS),
             ("positional", self.positional, POSITIONALS),
             ("attention", self.attention, ATTENTIONS),
+            ("init", self.init, INITS),
         ):
             if value not in allowed:
                 raise SinkscopeError(f"model {name}={value!r}: use one of {', '.join(allowed)}")
@@ -59,6 +71,14 @@ class TinyTransformerConfig:
             )
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise SinkscopeError("model positional='rope': needs an even head dimension d_model/n_heads")
+        if not (self.init_std > 0 and self.embedding_init_std > 0):
+            raise SinkscopeError(
+                f"model init_std={self.init_std}, embedding_init_std={self.embedding_init_std}: use positive stds"
+            )
+        if self.init != "scaled" and (self.init_std, self.embedding_init_std) != (GPT2_STD, GPT2_STD):
+            raise SinkscopeError(
+                f"model init={self.init!r} ignores init_std/embedding_init_std: set model.init=scaled to use them"
+            )
 
 
 @dataclass
@@ -191,12 +211,15 @@ class TinyTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm_f = make_norm(config.norm, config.d_model) if config.norm_position == "pre" else None
         self.unembed = nn.Linear(config.d_model, vocab_out, bias=False)
-        self.apply(self._init_weights)
+        if config.init != "torch":  # the modules above were built with PyTorch's defaults
+            self.apply(self._init_weights)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def _init_weights(self, module: nn.Module) -> None:
+        """Normal init of `config.init` (module doc): gpt2 = N(0, 0.02²) everywhere, scaled = the two stds."""
+        cfg = self.config
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            std = cfg.init_std if isinstance(module, nn.Linear) else cfg.embedding_init_std
+            nn.init.normal_(module.weight, mean=0.0, std=std if cfg.init == "scaled" else GPT2_STD)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 

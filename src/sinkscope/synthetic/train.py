@@ -77,14 +77,16 @@ class RunConfig:
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """A copy with dotted overrides, e.g. {"model.attention": "relu", "train.weight_decay": 1.0}."""
         parts = {"task": self.task, "model": self.model, "train": self.train}
+        changes: dict[str, dict[str, Any]] = {section: {} for section in parts}
         for key, value in overrides.items():
             section, _, name = key.partition(".")
             if section not in parts or name not in {f.name for f in fields(parts[section])}:
                 raise SinkscopeError(
                     f"override {key!r}: use section.field with section in task/model/train and a field of it"
                 )
-            parts[section] = replace(parts[section], **{name: value})
-        return RunConfig(**parts)
+            changes[section][name] = value
+        # one replace per section, so that fields checked together (model.init with its stds) change together
+        return RunConfig(**{section: replace(parts[section], **changes[section]) for section in parts})
 
 
 def build_model(config: RunConfig) -> TinyTransformer:
