@@ -127,7 +127,11 @@ def window_losses(lm: LoadedModel, batches: Sequence[Tensor]) -> np.ndarray:
 
 
 def ablate(
-    lm: LoadedModel, windows: Iterable[Tensor], head_sets: Mapping[str, Sequence[Head]], mode: str = "zero"
+    lm: LoadedModel,
+    windows: Iterable[Tensor],
+    head_sets: Mapping[str, Sequence[Head]],
+    mode: str = "zero",
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Loss change when each head set is ablated (`zero` or `bos`, see `head_ablation`), one row per set.
 
@@ -140,7 +144,9 @@ def ablate(
         raise SinkscopeError("ablate got no windows: use a larger corpus or a smaller --seq-len")
     base = window_losses(lm, batches)
     rows = []
-    for name, heads in head_sets.items():
+    from tqdm.auto import tqdm
+
+    for name, heads in tqdm(head_sets.items(), desc="ablate", unit="set", disable=not progress):
         heads = sorted(set(heads))
         with head_ablation(lm, heads, mode):
             losses = window_losses(lm, batches)
@@ -163,13 +169,17 @@ def ablate(
 
 
 @torch.no_grad()
-def head_scores(lm: LoadedModel, windows: Iterable[Tensor], delta: float = HARD_SINK_DELTA) -> pd.DataFrame:
+def head_scores(
+    lm: LoadedModel, windows: Iterable[Tensor], delta: float = HARD_SINK_DELTA, progress: bool = False
+) -> pd.DataFrame:
     """Per-head AHON, AHON-LN (SPEC §3) and hard-sink fraction (SPEC §2) from a short pass over `windows`.
 
     AHON = mean over windows and positions of `||o_t||` (the head's slice of the output projection input);
     the attention maps come from `output_attentions` with eager attention, switched on for this pass only.
     Columns: layer, head, ahon, ahon_ln, hard_sink_frac.
     """
+    from tqdm.auto import tqdm
+
     layout, blocks = lm.layout, lm.layers
     n_layers, H = len(blocks), layout.n_heads
     norm_sums = torch.zeros(n_layers, H, dtype=torch.float64)
@@ -191,7 +201,7 @@ def head_scores(lm: LoadedModel, windows: Iterable[Tensor], delta: float = HARD_
         for layer, block in enumerate(blocks):
             output_proj = getattr(attention_module(lm.family, block), lm.family.output_proj)
             handles.append(output_proj.register_forward_pre_hook(norm_hook(layer)))
-        for ids in windows:
+        for ids in tqdm(windows, desc="score heads", unit="batch", disable=not progress):
             out = lm.base(input_ids=ids.to(lm.device), use_cache=False, output_attentions=True)  # no LM head
             if out.attentions is None or len(out.attentions) != n_layers:
                 raise SinkscopeError("the model returned no attention maps with eager attention; cannot score heads")
@@ -340,6 +350,7 @@ def ablation_curve(
     mode: str = "zero",
     n_random: int = 3,
     seed: int = 0,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Loss change against the fraction of heads removed, per selection, with the random baseline beside it.
 
@@ -347,7 +358,7 @@ def ablation_curve(
     The baseline draws `n_random` seeded random sets of every head count that a selection uses.
     """
     sets, labels = head_sets_for(selections, fractions, scores, len(lm.layers), lm.layout.n_heads, n_random, seed)
-    frame = ablate(lm, windows, sets, mode)
+    frame = ablate(lm, windows, sets, mode, progress=progress)
     frame[["selection", "fraction", "seed"]] = pd.DataFrame([labels[name] for name in frame["set"]])
     return frame
 
@@ -401,7 +412,9 @@ class AblateConfig:
             raise SinkscopeError(f"--score-windows {self.score_windows} must be at least 1")
 
 
-def run_ablation(lm: LoadedModel, windows, config: AblateConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def run_ablation(
+    lm: LoadedModel, windows, config: AblateConfig, progress: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Score heads (or read a run's scores), ablate every selected set and its random baseline.
 
     windows: a `sinkscope.corpus.windows.Windows` (or any iterable of LongTensor[B, T] batches with
@@ -414,9 +427,10 @@ def run_ablation(lm: LoadedModel, windows, config: AblateConfig) -> tuple[pd.Dat
         scores = scores_from_run(config.from_run)
     else:
         first = torch.cat(batches)[: config.score_windows]
-        scores = head_scores(lm, first.split(max(1, batches[0].shape[0])))
+        scores = head_scores(lm, first.split(max(1, batches[0].shape[0])), progress=progress)
     curve = ablation_curve(
-        lm, batches, scores, config.fractions, config.selections, config.mode, config.n_random, config.seed
+        lm, batches, scores, config.fractions, config.selections, config.mode, config.n_random, config.seed,
+        progress=progress,
     )
     meta = {
         "config": asdict(config),

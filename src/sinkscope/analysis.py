@@ -137,7 +137,8 @@ def analyze(
     tokens, token_layers = token_tables(collector, lm.tokenizer)
     geometry_started = time.perf_counter()
     if config.geometry_cap > 0:
-        layers = layers.merge(sink_certificates(collector, config), on="layer", how="left")
+        certificates = sink_certificates(collector, config, progress=progress and rank == 0)
+        layers = layers.merge(certificates, on="layer", how="left")
     corpus = windows.identity() | {"windows": collector.windows}
     meta = {
         "config": asdict(config),
@@ -232,7 +233,7 @@ def tabulate(collector: StatsCollector, seq_len: int, epsilon: float) -> tuple[p
     return heads, layers, positions
 
 
-def sink_certificates(collector: StatsCollector, config: AnalyzeConfig) -> pd.DataFrame:
+def sink_certificates(collector: StatsCollector, config: AnalyzeConfig, progress: bool = False) -> pd.DataFrame:
     """SPEC §4 half-space certificates per layer (γ1, γ2, representability, span assumptions of SPEC §3) on the
     collector's uniform sample of at most `geometry_cap` context attention inputs per layer."""
     from sinkscope.theory.halfspace import layer_geometry
@@ -241,7 +242,11 @@ def sink_certificates(collector: StatsCollector, config: AnalyzeConfig) -> pd.Da
         layer: (collector.sink_inputs[layer].double().numpy(), rows.double().numpy())
         for layer, (_, rows) in collector.samples.items()
     }
-    return layer_geometry(samples, cap=config.geometry_cap, seed=config.seed).drop(columns=["n_contexts"])
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(samples), desc="geometry", unit="layer", disable=not progress) as bar:
+        table = layer_geometry(samples, cap=config.geometry_cap, seed=config.seed, on_layer=lambda _: bar.update())
+    return table.drop(columns=["n_contexts"])
 
 
 def token_tables(collector: StatsCollector, tokenizer) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         check_seq_len(lm, args.seq_len)
         stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
                          batch_size=args.batch_size, seed=args.seed)  # fmt: skip
-        curve, scores, meta = run_ablation(lm, stream, config)
+        curve, scores, meta = run_ablation(lm, stream, config, progress=True)
         save_ablation(args.out, curve, scores, meta, overwrite=True)  # --out was checked and claimed above
     print(f"base loss {meta['base_loss']:.4f} nats/token over {stream.count} windows -> {args.out}/ablation.parquet")
     for _, row in curve_summary(curve).iterrows():

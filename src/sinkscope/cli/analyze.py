@@ -43,7 +43,7 @@ def add_parser(subparsers) -> None:
                         help="save the streaming state every N windows next to --out (default: never)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
     parser.add_argument("--smoothing", action="store_true",
-                        help="also the SPEC §5 oversmoothing columns (smooth_*) and λ-curves")
+                        help="also the oversmoothing columns (smooth_*) and λ-curves (docs/theory/oversmoothing.md)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)

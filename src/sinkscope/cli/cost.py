@@ -41,7 +41,7 @@ def add_parser(subparsers) -> None:
         help="cost (nuclear/Frobenius norm of W_QK) of sink vs diagonal patterns",
         description="Minimum-norm W_QK realising a sink or a diagonal attention pattern with logit margin "
         "kappa, swept over context length T, dimension d, margins and embedding families, or measured on "
-        "the attention inputs of a real model's layers (SPEC §6).",
+        "the attention inputs of a real model's layers (docs/theory/cost.md).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

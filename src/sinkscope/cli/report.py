@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_file_target(out)  # before the figures are drawn
     runs = [Run.load(path) for path in args.runs]
+    for run, path in zip(runs, args.runs):
+        run.meta["directory"] = path.rstrip("/")  # how the report labels the run (not saved)
     write_report(runs, out, figures_dir=first / "figures" if len(runs) == 1 else None)
     print(f"wrote {out}")
     return 0

@@ -8,6 +8,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import matplotlib
 
@@ -26,6 +31,21 @@ HEAD_CLASS_COLORS = {
 }
 
 
+# What every figure drawn inside `labelled(...)` says it shows (model, corpus, T), stamped above it by figure_png.
+FIGURE_LABEL: ContextVar[str | None] = ContextVar("FIGURE_LABEL", default=None)
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)  # "findfont" lines are not for users
+
+
+@contextmanager
+def labelled(text: str) -> Iterator[None]:
+    """Stamp `text` (e.g. "SmolLM2 · builtin:prose · T=64") on every figure turned into PNG inside the block."""
+    token = FIGURE_LABEL.set(text)
+    try:
+        yield
+    finally:
+        FIGURE_LABEL.reset(token)
+
+
 def embed_png(png: bytes, caption: str) -> str:
     """An HTML `<figure>` with the PNG inlined as base64 (the report stays one self-contained file)."""
     data = base64.b64encode(png).decode()
@@ -39,10 +59,40 @@ def has_columns(frame: pd.DataFrame | None, *columns: str) -> bool:
 
 
 def figure_png(fig: Figure) -> bytes:
+    """PNG bytes of `fig`, stamped with the current `labelled` text; matplotlib's warnings (a glyph missing from
+    the font, e.g. CJK in a token) stay out of the terminal, the glyph is drawn as a box."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        label = FIGURE_LABEL.get()
+        if label:
+            _stamp(fig, label)
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return buffer.getvalue()
+
+
+def _stamp(fig: Figure, label: str) -> None:
+    """Write `label` just above everything drawn in `fig` (titles included), centred on it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    box = fig.get_tightbbox(canvas.get_renderer())  # inches
+    x, y = (box.x0 + box.x1) / 2 / fig.get_figwidth(), box.y1 / fig.get_figheight()
+    fig.text(x, y + 0.02 / fig.get_figheight(), label, ha="center", va="bottom", fontsize=8, color="#566573")
+
+
+def series_styles(n: int) -> list[dict]:
+    """Colour and line style for `n` series, no two alike: tab10, then tab20, then a sampled colormap with
+    alternating dash patterns."""
+    if n <= 10:
+        colors = [plt.get_cmap("tab10")(i) for i in range(n)]
+    elif n <= 20:
+        colors = [plt.get_cmap("tab20")(i) for i in range(n)]
+    else:
+        colors = [plt.get_cmap("turbo")(x) for x in np.linspace(0.05, 0.95, n)]
+    dashes = ["-", "--", ":", "-."]
+    return [{"color": c, "linestyle": dashes[(i // 10) % 4] if n > 10 else "-"} for i, c in enumerate(colors)]
 
 
 def head_heatmap(heads: pd.DataFrame, column: str, title: str, cmap: str = "magma") -> Figure:
@@ -53,7 +103,7 @@ def head_heatmap(heads: pd.DataFrame, column: str, title: str, cmap: str = "magm
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, fraction=0.08)
+    fig.colorbar(image, ax=ax, fraction=0.08, label=title)
     return fig
 
 
@@ -93,7 +143,7 @@ def position_sinks(positions: pd.DataFrame) -> Figure:
     right.set_xlabel("key position k")
     right.set_ylabel("layer")
     right.set_title("mean α_k over heads", fontsize=10)
-    fig.colorbar(image, ax=right, fraction=0.08)
+    fig.colorbar(image, ax=right, fraction=0.08, label="mean key score α_k (log scale)")
     fig.tight_layout()
     return fig
 
@@ -117,15 +167,16 @@ def head_classes(heads: pd.DataFrame) -> Figure:
 def compare_runs(named_layers: list[tuple[str, pd.DataFrame]]) -> Figure:
     """Several runs side by side against relative depth: sink rate and BOS cosine (z)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    for name, layers in named_layers:
+    for (name, layers), style in zip(named_layers, series_styles(len(named_layers))):
         depth = layers["layer"] / max(1, len(layers) - 1)
-        left.plot(depth, layers["sink_rate"], marker=".", label=name)
-        right.plot(depth, layers["bos_cos_mean_z"], marker=".", label=name)
+        left.plot(depth, layers["sink_rate"], marker=".", label=name, **style)
+        right.plot(depth, layers["bos_cos_mean_z"], marker=".", label=name, **style)
     left.set_xlabel("relative depth")
     left.set_ylabel("sink rate")
     right.set_xlabel("relative depth")
     right.set_ylabel("mean cos(z₀, zₜ)")
     right.axhline(0, color="black", lw=0.6)
-    left.legend(fontsize=7)
     fig.tight_layout()
+    fig.legend(*left.get_legend_handles_labels(), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(3, len(named_layers)))  # below both panels, so it never hides a curve
     return fig

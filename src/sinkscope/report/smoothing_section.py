@@ -61,10 +61,10 @@ def curves_figure(heads: pd.DataFrame, curves: pd.DataFrame) -> Figure:
         sign = "2b+c>0" if row.smooth_dense_more else "2b+c≤0"
         ax.set_title(f"L{row.layer} H{row.head}  ({sign})", fontsize=9)
         ax.set_xlabel("λ (0 = identity, 1 = causal uniform)", fontsize=8)
+        ax.set_ylabel("mean pairwise cosine", fontsize=8)
         ax.tick_params(labelsize=7)
     for ax in axes[len(picked) :]:
         ax.set_visible(False)
-    axes[0].set_ylabel("mean pairwise cosine")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -126,7 +126,7 @@ def layer_figure(layers: pd.DataFrame, curves: pd.DataFrame) -> Figure:
 
 def smoothing_section(heads: pd.DataFrame, layers: pd.DataFrame | None = None, curves: pd.DataFrame | None = None) -> str:
     """HTML fragment (an `<h2>` section) with the oversmoothing numbers and figures of SPEC §5."""
-    parts = ["<h2>Oversmoothing: does dense attention smooth more? (SPEC §5)</h2>"]
+    parts = ["<h2>Oversmoothing: does dense attention smooth more?</h2><p class='note'>Definitions: docs/theory/oversmoothing.md</p>"]
     if not has_columns(heads, *HEAD_COLUMNS):
         return parts[0] + '<p class="note">Not shown: no smoothing columns in heads.parquet (run analyze --smoothing).</p>'
     s = smoothing_summary(heads)

@@ -53,6 +53,7 @@ def switch_figure(heads: pd.DataFrame) -> Figure:
     right.plot(table["layer"], table["off_given_sink"], "s--", color="#2471a3", label="P(off | hard sink), pooled")
     right.set_ylim(-0.03, 1.03)
     right.set_xlabel("layer")
+    right.set_ylabel("probability")
     right.set_title("switch ⇔ sink agreement (dots: heads)", fontsize=10)
     right.legend(fontsize=7)
     fig.tight_layout()
@@ -72,6 +73,7 @@ def geometry_figure(layers: pd.DataFrame) -> Figure:
         if not failed.empty:
             left.plot(failed["layer"], np.zeros(len(failed)), "kx", ms=8, label="not representable")
     left.set_xlabel("layer")
+    left.set_ylabel("distance (unit-normalised z)")
     left.set_title("sink representability on unit-normalised z", fontsize=10)
     left.legend(fontsize=7)
     for kind, style in (("z", "-"), ("h", "--")):
@@ -83,6 +85,7 @@ def geometry_figure(layers: pd.DataFrame) -> Figure:
                        label=f"share cos ≤ 0 ({kind})")  # fmt: skip
     right.axhline(0, color="black", lw=0.6)
     right.set_xlabel("layer")
+    right.set_ylabel("cosine / share")
     right.set_title("BOS cosine cos(x₀, xₜ), t ≥ 1", fontsize=10)
     right.legend(fontsize=7)
     fig.tight_layout()
@@ -104,7 +107,7 @@ def head_grid_figure(heads: pd.DataFrame) -> Figure:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        fig.colorbar(image, ax=ax, fraction=0.08)
+        fig.colorbar(image, ax=ax, fraction=0.08, label=title.split(" (")[0].split(" ‖")[0])
     fig.tight_layout()
     return fig
 
@@ -151,7 +154,7 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
     parts = ["<h2>Attention switch, sink geometry and ablations</h2>"]
     notes = []
     if has_columns(heads, "layer", "head", *SWITCH_COUNTS):
-        parts.append(embed_png(figure_png(switch_figure(heads)), "Switched-off × hard-sink per layer (SPEC §3)"))
+        parts.append(embed_png(figure_png(switch_figure(heads)), "Switched-off × hard-sink per layer (docs/theory/geometry.md, the hard switch)"))
         table = switch_table(heads)
         parts.append(
             "<details><summary>2×2 counts per layer</summary>"
@@ -162,11 +165,11 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
     else:
         notes.append("switch counts missing from heads.parquet")
     if has_columns(layers, "layer", "gamma1", "gamma2"):
-        parts.append(embed_png(figure_png(geometry_figure(layers)), "Sink margin γ1·γ2 and BOS cosine per layer (SPEC §4)"))
+        parts.append(embed_png(figure_png(geometry_figure(layers)), "Sink margin γ1·γ2 and BOS cosine per layer (docs/theory/geometry.md, sink representability)"))
     else:
         notes.append("gamma1/gamma2 missing from layers.parquet")
     if has_columns(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
-        parts.append(embed_png(figure_png(head_grid_figure(heads)), "Value drain and AHON-LN per head (SPEC §3)"))
+        parts.append(embed_png(figure_png(head_grid_figure(heads)), "Value drain and AHON-LN per head (docs/statistics.md)"))
     if has_columns(ablation, "selection", "fraction", "delta_loss"):
         parts.append(embed_png(figure_png(ablation_figure(ablation)), "Loss change when heads are switched off"))
         summary = (

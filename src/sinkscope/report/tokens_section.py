@@ -36,7 +36,8 @@ def depth_heatmap(top: pd.DataFrame, token_layers: pd.DataFrame) -> Figure:
     ax.set_yticks(range(len(top)), [repr(t) for t in top["token"]], fontsize=7)
     ax.set_xlabel("layer")
     ax.set_title("sink_frac per layer (fraction of heads × occurrences with received > ε)", fontsize=9)
-    fig.colorbar(image, ax=ax, fraction=0.05)
+    ax.set_ylabel("token")
+    fig.colorbar(image, ax=ax, fraction=0.05, label="sink_frac")
     return fig
 
 
