@@ -21,8 +21,9 @@ def section_stamps(out):
 
 
 def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, tmp_path):
+    # The regime map trains models of its own (the slow test runs it); here it is switched off.
     config = ReproduceConfig.preset(True, models=(tiny_model,), corpora=("builtin:prose",), seq_len=16,
-                                    geometry_cap=16)
+                                    geometry_cap=16, regimes=False)
     out = tmp_path / "repro"
     first = reproduce(config, out)
     records = json.loads((out / "verdicts.json").read_text())
@@ -48,4 +49,5 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
 
 
 def _overrides(config):
-    return dict(models=config.models, corpora=config.corpora, seq_len=config.seq_len, geometry_cap=config.geometry_cap)
+    return dict(models=config.models, corpora=config.corpora, seq_len=config.seq_len, geometry_cap=config.geometry_cap,
+                regimes=False)

@@ -110,12 +110,15 @@ def test_cost_real_layers():
 
 
 def test_regimes():
+    sink, diag, dense = ({"bos_mass": 0.9, "diag_mass": 0.0}, {"bos_mass": 0.0, "diag_mass": 0.8},
+                         {"bos_mass": 0.1, "diag_mass": 0.1})
     assert verdicts(
-        c.regimes_verdict(M, {"sink": 0.9, "diag": 0.0}, {"sink": 0.0, "diag": 0.8}),
-        c.regimes_verdict(M, {"sink": 0.9, "diag": 0.0}, {"sink": 0.0, "diag": 0.1}),
-        c.regimes_verdict(M, {"sink": 0.1, "diag": 0.0}, {"sink": 0.0, "diag": 0.1}),
-        c.regimes_verdict(M, None, None, "train-bb is not available"),
-    ) == [c.SUPPORTED, c.PARTLY, c.NOT_SUPPORTED, c.NOT_MEASURABLE]
+        c.regimes_verdict(M, {"torch": (sink, diag), "gpt2": (sink, diag)}),
+        c.regimes_verdict(M, {"torch": (sink, diag), "gpt2": (dense, dense)}),
+        c.regimes_verdict(M, {"torch": (sink, dense), "gpt2": (sink, dense)}),
+        c.regimes_verdict(M, {"torch": (dense, dense)}),
+        c.regimes_verdict(M, None, "train-bb is not available"),
+    ) == [c.SUPPORTED, c.PARTLY, c.PARTLY, c.NOT_SUPPORTED, c.NOT_MEASURABLE]
 
 
 def test_weights():
@@ -145,3 +148,20 @@ def test_verdict_serialises_and_validates():
         c.Verdict("switch", M, "maybe")
     with pytest.raises(ValueError):
         c.Verdict("no-such-claim", M, c.SUPPORTED)
+
+
+def test_regime_cells_by_init():
+    import pandas as pd
+
+    from sinkscope.reproduction.regimes import cells_by_init
+
+    rows = [("torch", True, "softmax", 1e-4, 0.9, 0.0, "sink"), ("torch", False, "softmax", 1e-4, 0.0, 0.8, "diagonal"),
+            ("torch", True, "softmax", 0.1, 0.1, 0.1, "dense"), ("gpt2", True, "softmax", 1e-4, 0.7, 0.0, "sink"),
+            ("torch", True, "sigmoid_gate", 1e-4, 0.0, 0.0, "null")]
+    cells = pd.DataFrame(rows, columns=["init", "bos", "variant", "weight_decay", "bos_mass", "diag_mass", "pattern"])
+    cells["agreement"] = "3/3"
+    by_init = cells_by_init(cells)
+    assert list(by_init) == ["torch"]  # gpt2 lacks its no-BOS cell
+    with_bos, without_bos = by_init["torch"]
+    assert with_bos["pattern"] == "sink" and without_bos["diag_mass"] == 0.8
+    assert c.regimes_verdict(M, by_init).verdict == c.SUPPORTED

@@ -329,22 +329,28 @@ def cost_real_verdict(model: str, sink_costs: Sequence[float], diagonal_costs: S
     return Verdict("cost_real_layers", model, verdict, evidence, COST_REAL)
 
 
-REGIMES = {"sink_score": 0.5, "diag_score": 0.5}
+REGIMES = {"bos_mass": 0.5, "diag_mass": 0.5}
 
 
-def regimes_verdict(model: str, with_bos: dict | None, without_bos: dict | None, reason: str = "") -> Verdict:
-    """Claim `bigram_backcopy_regimes`: the strongest non-copy head's BOS and diagonal attention (non-trigger
-    queries) of small models trained with and without BOS, as dicts {"sink": float, "diag": float}.
+def regimes_verdict(model: str, inits: dict[str, tuple[dict, dict]] | None, reason: str = "") -> Verdict:
+    """Claim `bigram_backcopy_regimes`: per initialisation, the switch head's mean masses on non-trigger queries
+    (over seeds) of the runs with BOS and without, as `{init: ({"bos_mass", "diag_mass", "pattern"}, {...})}`.
 
-    Supported: with BOS it sinks (sink ≥ `sink_score`) and without BOS it is diagonal (diag ≥ `diag_score`);
-    partly: one of the two; not measurable when the runs are missing (`reason` says why).
+    An init agrees with the claim when with BOS the head sinks (bos_mass ≥ `bos_mass`) and without BOS it is
+    diagonal (diag_mass ≥ `diag_mass`). Supported: every init agrees; partly: some init agrees, or one half holds
+    for every init; else not supported; not measurable when the runs are missing (`reason` says why).
     """
-    if with_bos is None or without_bos is None:
+    if not inits:
         return Verdict("bigram_backcopy_regimes", model, NOT_MEASURABLE, {}, REGIMES, reason or "no runs")
-    sink_with = with_bos["sink"] >= REGIMES["sink_score"]
-    diag_without = without_bos["diag"] >= REGIMES["diag_score"]
-    evidence = {"with_bos": with_bos, "without_bos": without_bos}
-    verdict = SUPPORTED if sink_with and diag_without else PARTLY if sink_with or diag_without else NOT_SUPPORTED
+    halves = {
+        init: (with_bos["bos_mass"] >= REGIMES["bos_mass"], without_bos["diag_mass"] >= REGIMES["diag_mass"])
+        for init, (with_bos, without_bos) in inits.items()
+    }
+    evidence = {f"{init}_{'bos' if flag else 'nobos'}": cell for init, pair in inits.items()
+                for flag, cell in zip((True, False), pair)}  # fmt: skip
+    agree = [sink and diag for sink, diag in halves.values()]
+    one_half = all(sink for sink, _ in halves.values()) or all(diag for _, diag in halves.values())
+    verdict = SUPPORTED if all(agree) else PARTLY if any(agree) or one_half else NOT_SUPPORTED
     return Verdict("bigram_backcopy_regimes", model, verdict, evidence, REGIMES)
 
 

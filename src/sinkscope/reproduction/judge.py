@@ -120,6 +120,7 @@ def judge_model(
     )
     anchors = pd.DataFrame(
         [{"corpus": corpus, "sink_rate": runs[corpus].meta["summary"]["sink_rate"],
+          "sink_rate_of_mean": runs[corpus].meta["summary"].get("sink_rate_of_mean"),
           "mean_sink_score": runs[corpus].meta["summary"]["mean_sink_score"],
           "windows": runs[corpus].meta["corpus"].get("windows")} for corpus in runs]
     )  # fmt: skip
@@ -153,6 +154,5 @@ def judge_theory(theory: pd.DataFrame, regimes: dict) -> list[c.Verdict]:
     )
     closed = c.cost_closed_forms_verdict("theory", exponents.get("sink", math.nan),
                                          exponents.get("diagonal", math.nan), error)  # fmt: skip
-    regime = c.regimes_verdict("synthetic", regimes.get("with_bos"), regimes.get("without_bos"),
-                               regimes.get("reason", ""))  # fmt: skip
+    regime = c.regimes_verdict("synthetic", regimes.get("inits"), regimes.get("reason", ""))
     return [closed, regime]

@@ -1,27 +1,66 @@
 """The bigram-backcopy regime map of section 4: which mechanism small models learn with and without BOS.
 
-It calls the `train-bb --grid regimes` Python API when this installation has it; otherwise the section says why
-it is not measurable here.
+Calls the regime map of `sinkscope train-bb --grid regimes` (`sinkscope.synthetic.regimes.run_regimes`) with its
+quick grid (2 initialisations × BOS on/off × 3 seeds, 1000 steps each). `reproduce --quick` does not train them:
+one run of even 250 steps took 99 s on the shared 2-core machine (and had not learned its pattern yet), so the
+claim is "not measurable here" in a quick reproduction unless the same output directory already holds the map.
+Where this installation has no regime map, the section says so.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
 
-UNAVAILABLE = (
-    "this installation has no `train-bb --grid regimes` Python API (the built-in grids are {grids}); the "
-    "regime map needs it"
-)
+UNAVAILABLE = "this installation has no bigram-backcopy regime map (`train-bb --grid regimes`): {error}"
+QUICK_REASON = ("--quick does not train the bigram-backcopy regime map (12 small models, minutes of CPU); run "
+                "without --quick, or rerun --quick into an output directory that already holds it")
+
+
+def cells_by_init(cells: pd.DataFrame) -> dict[str, tuple[dict, dict]]:
+    """`{init: (with BOS, without BOS)}` from regime_cells.parquet (softmax attention, the smallest weight decay),
+    each `{"bos_mass", "diag_mass", "pattern", "agreement"}`."""
+    cells = cells[cells["variant"] == "softmax"]
+    cells = cells[cells["weight_decay"] == cells["weight_decay"].min()]
+    out = {}
+    for init, group in cells.groupby("init", sort=False):
+        pair = []
+        for bos in (True, False):
+            row = group[group["bos"] == bos]
+            if row.empty:
+                break
+            row = row.iloc[0]
+            pair.append({"bos_mass": float(row["bos_mass"]), "diag_mass": float(row["diag_mass"]),
+                         "pattern": str(row["pattern"]), "agreement": str(row["agreement"])})  # fmt: skip
+        if len(pair) == 2:
+            out[str(init)] = (pair[0], pair[1])
+    return out
 
 
 def regime_runs(config: ReproduceConfig, out: Path) -> dict:
-    """`{"with_bos": {"sink", "diag"}, "without_bos": {...}, "frame": table}` or `{"reason": why not}`."""
-    from sinkscope.synthetic.experiments import GRIDS
+    """`{"inits": cells_by_init(...), "cells": table, "grid": ...}`, or `{"reason": why not measurable}`."""
+    from sinkscope.reproduction.run import is_fresh, log, write_key
 
     if not config.regimes:
         return {"reason": "the regime map was switched off (regimes=False)"}
-    if "regimes" not in GRIDS:
-        return {"reason": UNAVAILABLE.format(grids=", ".join(GRIDS))}
-    return {"reason": "the regimes grid exists but its result format is not read by this version of reproduce"}
+    try:
+        from sinkscope.synthetic.regimes import QUICK_GRID, run_regimes
+    except (ImportError, AttributeError) as err:
+        return {"reason": UNAVAILABLE.format(error=err)}
+    directory = out / "regimes"
+    key = {"section": "regimes", "grid": json.loads(json.dumps(QUICK_GRID.__dict__, default=list))}
+    if not is_fresh(directory, key):
+        if config.quick:
+            return {"reason": QUICK_REASON}
+        grid = QUICK_GRID
+        log(f"regimes: training {len(grid.cells()) * len(grid.seeds)} bigram-backcopy models")
+        run_regimes(out_dir=directory, grid=grid, progress=lambda line: log(f"regimes: {line}"))
+        write_key(directory, key)
+    else:
+        log(f"regimes: reusing {directory}")
+    cells = pd.read_parquet(directory / "regime_cells.parquet")
+    return {"inits": cells_by_init(cells), "cells": cells, "grid": key["grid"]}

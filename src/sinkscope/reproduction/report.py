@@ -108,8 +108,11 @@ def section_data(summary: dict) -> list[dict]:
     return out
 
 
-def write_tables(directory: Path, evidence: dict[str, dict], theory: pd.DataFrame) -> list[str]:
-    """tables/NAME.csv: each evidence table over models (a `model` column first), and cost_theory.csv."""
+def write_tables(
+    directory: Path, evidence: dict[str, dict], theory: pd.DataFrame, regimes: pd.DataFrame | None = None
+) -> list[str]:
+    """tables/NAME.csv: each evidence table over models (a `model` column first), cost_theory.csv and, when the
+    regime map ran, regime_cells.csv."""
     names = []
     for name in ("geometry", "heads", "weights", "ablation", "cost_layers", "anchors"):
         frames = [tables[name].assign(model=model) for model, tables in evidence.items() if name in tables]
@@ -119,7 +122,11 @@ def write_tables(directory: Path, evidence: dict[str, dict], theory: pd.DataFram
             frame.to_csv(directory / f"{name}.csv", index=False)
             names.append(f"{name}.csv")
     theory.to_csv(directory / "cost_theory.csv", index=False)
-    return [*names, "cost_theory.csv"]
+    names.append("cost_theory.csv")
+    if regimes is not None:
+        regimes.to_csv(directory / "regime_cells.csv", index=False)
+        names.append("regime_cells.csv")
+    return names
 
 
 def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: pd.DataFrame, regimes: dict) -> None:
@@ -127,7 +134,7 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     with swapped_directory(out / "tables") as staging:
-        table_names = write_tables(staging, evidence, theory)
+        table_names = write_tables(staging, evidence, theory, regimes.get("cells"))
     figures = _figures(evidence, theory)
     with swapped_directory(out / "figures") as staging:
         for name, png in figures.items():
