@@ -62,3 +62,17 @@ def test_cli_lists_view_with_an_example():
 
     help_text = build_parser()._subparsers._group_actions[0].choices["view"].format_help()
     assert "--text" in help_text and "--file" in help_text and "sinkscope view --model" in help_text
+
+
+def test_marked_keys_are_the_strongest_with_enough_readers():
+    from sinkscope.explorer.page import MIN_READERS, head_table
+
+    T = 40
+    attn = torch.zeros(1, 1, T, T)
+    attn[0, 0, :, 0] = 1.0  # BOS takes everything ...
+    attn[0, 0, 10:, 0], attn[0, 0, 10:, 5] = 0.4, 0.6  # ... except that later tokens read key 5
+    attn[0, 0, T - 1, 0], attn[0, 0, T - 1, 5], attn[0, 0, T - 1, T - 2] = 0.0, 0.0, 1.0  # key T-2: one reader
+    cell = head_table(attn, torch.ones(1, 1, T), epsilon=0.3, delta=0.1)[0][0]
+    assert cell["cls"] == "sink" and cell["sinks"][0][0] == 5
+    assert cell["sinks"][0][1] == pytest.approx(0.6 * (T - 11) / (T - 6), abs=1e-4)
+    assert all(k < T - 1 - MIN_READERS for k, _ in cell["sinks"])

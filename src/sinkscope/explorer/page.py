@@ -38,6 +38,9 @@ from sinkscope.stats.patterns import (
 from sinkscope.stats.switch import value_drain
 
 TOP_SINKS = 3  # strongest non-BOS keys marked per head
+# A key's `received` averages over its later tokens; keys near the end have a few readers and would win by chance,
+# so the marked keys are those with at least this many readers (fewer in a short text: half of it).
+MIN_READERS = 16
 DEFAULT_BITS = 8  # SmolLM2 on 256 tokens: 2.5 MB (16 bits: 11.4 MB), see docs/view.md
 
 
@@ -83,7 +86,8 @@ def received_scores(attn: Tensor) -> Tensor:
 
 
 def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) -> list[list[dict]]:
-    """Per (layer, head) of one text: SPEC §2 scores, head class, value drain and the strongest non-BOS keys."""
+    """Per (layer, head) of one text: SPEC §2 scores, head class, value drain and the strongest non-BOS keys
+    (largest SPEC §2 `received`, among keys with at least `MIN_READERS` later tokens)."""
     a = attn.double()
     scores = {
         "sink": sink_score(a),
@@ -94,7 +98,9 @@ def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) 
         "hard_diag": hard_diag_frac(a, delta),
         "value_drain": value_drain(value_norms.double()),
     }
-    received = received_scores(a) if a.shape[-1] > 2 else a.new_zeros(*a.shape[:2], 0)
+    T = a.shape[-1]
+    readers = min(MIN_READERS, (T - 1) // 2)
+    received = received_scores(a)[..., : max(0, T - 1 - readers)]  # keys k = 1.. with ≥ `readers` later tokens
     top = received.topk(min(TOP_SINKS, received.shape[-1]), dim=-1)
     L, H = a.shape[:2]
     table = []
