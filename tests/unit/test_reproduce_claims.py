@@ -165,3 +165,16 @@ def test_regime_cells_by_init():
     with_bos, without_bos = by_init["torch"]
     assert with_bos["pattern"] == "sink" and without_bos["diag_mass"] == 0.8
     assert c.regimes_verdict(M, by_init).verdict == c.SUPPORTED
+
+
+def test_config_preset_and_bad_input(tmp_path):
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.reproduction.config import ReproduceConfig
+
+    quick = ReproduceConfig.preset(True, windows=5)
+    assert quick.quick and quick.windows == 5 and quick.anchor_windows == 2 and quick.smoothing_layer_stride == 6
+    assert ReproduceConfig.preset(False) == ReproduceConfig()
+    with pytest.raises(SinkscopeError, match="regime_cells.parquet"):
+        ReproduceConfig(regimes_from=str(tmp_path))
+    with pytest.raises(SinkscopeError, match="--models"):
+        ReproduceConfig(models=())

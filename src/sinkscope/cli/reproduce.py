@@ -42,6 +42,9 @@ def add_parser(subparsers) -> None:
                         help="few windows and a small geometry sample: every section, on less data (minutes)")
     parser.add_argument("--seq-len", type=int, default=64, help="window length T (default 64, as Gu et al.)")
     parser.add_argument("--windows", type=int, default=None, help="windows per main corpus (default 32; quick 8)")
+    parser.add_argument("--regimes-from", default=None, metavar="DIR",
+                        help="read the bigram-backcopy regime map from DIR (the --out of `sinkscope train-bb "
+                        "--grid regimes`) instead of training it")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of samples, random corpora and random heads")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from sinkscope.reproduction.run import reproduce
 
     overrides = dict(models=args.models, corpora=args.corpora, seq_len=args.seq_len, seed=args.seed,
-                     device=args.device, dtype=args.dtype)  # fmt: skip
+                     device=args.device, dtype=args.dtype, regimes_from=args.regimes_from)  # fmt: skip
     if args.windows is not None:
         overrides["windows"] = args.windows
     config = ReproduceConfig.preset(args.quick, **overrides)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from sinkscope.errors import SinkscopeError
 
@@ -21,7 +22,8 @@ class ReproduceConfig:
     a second pass over those layers). cost_contexts,
     cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
     window, every `cost_layer_stride`-th layer). cost_exact_Ts: T of the exact programs checked against the
-    closed forms. regimes: train the bigram-backcopy models (when `train-bb --grid regimes` is available).
+    closed forms. regimes: train the bigram-backcopy regime map (`train-bb --grid regimes`, its quick grid);
+    regimes_from: read a regime map that `sinkscope train-bb --grid regimes --out DIR` already wrote instead.
     """
 
     models: tuple[str, ...] = ("smollm2-135m", "gemma3-270m")
@@ -39,6 +41,7 @@ class ReproduceConfig:
     smoothing_layer_stride: int = 1
     cost_exact_Ts: tuple[int, ...] = (2, 4, 8, 16)
     regimes: bool = True
+    regimes_from: str | None = None
     quick: bool = False
     seed: int = 0
     device: str = "cpu"
@@ -57,6 +60,9 @@ class ReproduceConfig:
                 raise SinkscopeError(f"{name} {getattr(self, name)} must be at least 1")
         if not 0 < self.ablation_fraction <= 1:
             raise SinkscopeError(f"ablation_fraction {self.ablation_fraction} must lie in (0, 1]")
+        if self.regimes_from is not None and not (Path(self.regimes_from) / "regime_cells.parquet").is_file():
+            raise SinkscopeError(f"--regimes-from {self.regimes_from}: no regime_cells.parquet there; pass the --out "
+                                 "of `sinkscope train-bb --grid regimes`")  # fmt: skip
         if self.cost_contexts < 2 or self.cost_contexts > 16:
             raise SinkscopeError(f"cost_contexts {self.cost_contexts}: use 2..16 (exact programs beyond are slow)")
 

@@ -4,7 +4,8 @@ Calls the regime map of `sinkscope train-bb --grid regimes` (`sinkscope.syntheti
 quick grid (2 initialisations × BOS on/off × 3 seeds, 1000 steps each). `reproduce --quick` does not train them:
 one run of even 250 steps took 99 s on the shared 2-core machine (and had not learned its pattern yet), so the
 claim is "not measurable here" in a quick reproduction unless the same output directory already holds the map.
-Where this installation has no regime map, the section says so.
+`--regimes-from DIR` reads a map that `sinkscope train-bb --grid regimes --out DIR` wrote. Where this
+installation has no regime map, the section says so.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def regime_runs(config: ReproduceConfig, out: Path) -> dict:
     """`{"inits": cells_by_init(...), "cells": table, "grid": ...}`, or `{"reason": why not measurable}`."""
     from sinkscope.reproduction.run import is_fresh, log, write_key
 
+    if config.regimes_from is not None:
+        log(f"regimes: reading {config.regimes_from}")
+        cells = pd.read_parquet(Path(config.regimes_from) / "regime_cells.parquet")
+        return {"inits": cells_by_init(cells), "cells": cells, "source": config.regimes_from}
     if not config.regimes:
         return {"reason": "the regime map was switched off (regimes=False)"}
     try:
