@@ -159,7 +159,8 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     summary = result.meta["summary"]
     print(
         f"{result.meta['model']['name']} on {args.corpus} (T={args.seq_len}, {stream.count} windows): "
-        f"sink rate {summary['sink_rate']:.3f} at ε={args.epsilon}; "
+        f"sink rate {summary['sink_rate']:.3f} at ε={args.epsilon} (per window; "
+        f"{summary['sink_rate_of_mean']:.3f} thresholding the window-mean); "
         f"mean sink score {summary['mean_sink_score']:.3f}, mean diagonal score {summary['mean_diag_score']:.3f}"
     )
     print(f"wrote {out}/ (report: {out / 'report.html'})", file=sys.stderr)
