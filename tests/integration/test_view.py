@@ -91,3 +91,23 @@ def test_too_long_and_empty_texts(model_dir):
         view(lm, " ".join(["w1"] * 1100))
     with pytest.raises(SinkscopeError, match="the text is empty"):
         view(lm, "   ")
+
+
+def test_cli_writes_the_page(model_dir, tmp_path, capsys):
+    from sinkscope.cli.main import main
+
+    out = tmp_path / "cli.html"
+    assert main(["view", "--model", str(model_dir), "--text", TEXT, "--seq-len", "20", "--out", str(out)]) == 0
+    assert out.is_file() and "wrote" in capsys.readouterr().out
+    data = embedded(out.read_text(encoding="utf-8"))[0]
+    assert data["n_tokens"] == 20 and data["quant"]["bits"] == 8
+    assert main(["view", "--model", str(model_dir), "--text", "w1", "--seq-len", "1", "--out", str(out)]) == 2
+    assert "--seq-len 1 must lie in 2..1024" in capsys.readouterr().err
+
+
+def test_notebook_display_embeds_the_page(model_dir):
+    import html
+
+    page = view(str(model_dir), "w1 w2 w3")
+    shown = page._repr_html_()
+    assert shown.startswith("<iframe srcdoc=") and html.unescape(shown.split('"')[1]) == page.html
