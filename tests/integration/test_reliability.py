@@ -291,3 +291,33 @@ def test_ablate_and_cost_guard_their_out_before_the_work(tiny, tmp_path, capsys,
     assert "cannot write --out" in one_error(capsys, ["cost", "--T", "4", "--d", "4", "--out", str(regular / "c")])
     assert "not a sinkscope result" in one_error(capsys, ["cost", "--T", "4", "--out", str(thesis), "--overwrite"])
     assert (thesis / "notes.txt").read_text() == "precious"
+
+
+def test_two_analyze_processes_with_one_out_keep_the_first_result(tiny, tmp_path, capsys):
+    """The race of the issue, with real processes: the first writer is held after claiming --out (before its model
+    loads) until the second has been refused; then the first finishes and its run is the one on disk."""
+    import time
+
+    go = tmp_path / "go"
+    held = (
+        "import pathlib, sys, time; import sinkscope.models.load as load; real = load.load_model\n"
+        "def wait_then_load(*args, **kwargs):\n"
+        f"    while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.05)\n"
+        "    return real(*args, **kwargs)\n"
+        "load.load_model = wait_then_load\n"
+        "import sinkscope.report.html as page; page.write_report = lambda runs, path, figures_dir=None: path.touch()\n"
+        "from sinkscope.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    out = tmp_path / "same"
+    first = subprocess.Popen([sys.executable, "-c", held, *common(tiny, "--out", str(out), "--max-windows", "5")],
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lock = tmp_path / ".same.lock"
+    deadline = time.monotonic() + 120
+    while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lock.exists(), "the first writer never took its lock"
+    second = one_error(capsys, common(tiny, "--out", str(out)))  # this test's process is the second writer
+    go.touch()
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert "is being written by another sinkscope process" in second
+    assert json.loads((out / "run.json").read_text())["corpus"]["windows"] == 5
