@@ -75,9 +75,9 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise SinkscopeError(f"{path} is missing: the run directory is incomplete; rerun `sinkscope analyze`")
     try:
         return pd.read_parquet(path)
-    except Exception as err:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
+    except Exception:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
         raise SinkscopeError(
-            f"{path} is not a readable parquet table ({(str(err).splitlines() or [type(err).__name__])[0][:120]}); rerun `sinkscope analyze`"
+            f"{path} is damaged or truncated (not a readable parquet table); rerun `sinkscope analyze`"
         ) from None
 
 

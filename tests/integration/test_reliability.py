@@ -256,7 +256,7 @@ def test_report_on_damaged_runs_and_bad_out_says_one_line(finished_run, tmp_path
         "missing parquet": (["report", damaged("m", lambda d: (d / "layers.parquet").unlink())],
                             "layers.parquet is missing"),
         "truncated parquet": (["report", damaged("t", lambda d: (d / "heads.parquet").write_bytes(
-            (d / "heads.parquet").read_bytes()[:200]))], "heads.parquet is not a readable parquet table"),
+            (d / "heads.parquet").read_bytes()[:200]))], "heads.parquet is damaged or truncated"),
         "corrupt run.json": (["report", damaged("c", lambda d: (d / "run.json").write_text('{"model": {'))],
                              "run.json is corrupt"),
         "not a run": (["report", str(tmp_path)], "is not a sinkscope run directory"),
