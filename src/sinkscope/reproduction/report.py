@@ -48,7 +48,7 @@ SECTIONS = (
         "scaling folded in) at relative offset 0 — with RoPE the score at offset Δ is W_Q R(Δ) W_Kᵀ, so offset 0 "
         "is the only position-free form — and of W_VO = W_V W_O; effective rank exp(H(σ/Σσ)), ‖·‖_*/‖·‖_F, and "
         "how the layer's BOS input z_0 meets the form: gain ‖W ẑ_0ᵀ‖/σ₁ on the key side of W_QK (1: along the "
-        "top key direction), ‖ẑ_0 W‖/σ₁ on the input side of W_VO. Sink heads: hard-sink on ≥ half of queries.",
+        "top key direction), ‖ẑ_0 W‖/σ₁ on the input side of W_VO. Sink heads: head class sink (mean sink score > 0.3).",
     },
     {
         "number": 6, "title": "Anchors from earlier work", "figure": "anchors",
