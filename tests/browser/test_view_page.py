@@ -181,3 +181,21 @@ def test_threshold_hides_small_entries_and_log_scale_redraws(open_page, built):
     redrawn(pw_page, lambda: pw_page.select_option("#scale", "log"))
     assert brightness() < before  # the log scale lifts small entries off white
     loaded.assert_clean()
+
+
+def test_token_text_is_never_parsed_as_html(open_page, model):
+    model_dir, _ = model
+    text = " ".join(["<script>alert(1)</script>" if i % 3 == 0 else f"w{i}" for i in range(30)])
+    page = view(str(model_dir), text, out=model_dir.parent / "markup.html")
+    loaded = ready(open_page, page)
+    pw_page = loaded.page
+    assert "<unk>" in pw_page.locator("#tokens").text_content()  # the tokenizer's unknown token, shown as text
+    for t in (1, 2, 9):
+        pw_page.click(f".tok[data-t='{t}']")
+        pw_page.wait_for_selector(f"#token-panel[data-token='{t}']", timeout=10_000)
+    for layer in range(2):
+        for head in range(4):
+            pw_page.click(f"#grid .cell[data-layer='{layer}'][data-head='{head}']")
+            drawn(pw_page, layer, head)
+            assert pw_page.locator("unk, script:not([id]):not([type])").count() == 1  # only the page's own script
+    loaded.assert_clean()

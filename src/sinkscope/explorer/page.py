@@ -166,9 +166,10 @@ def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: floa
 def render(data: dict, maps: str) -> str:
     """The page: the template with `data` as JSON (`data["quant"]["offsets"]` locating each head's stream in
     `maps`) and the quantised maps as base64."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
+    from jinja2 import Environment, PackageLoader
 
-    env = Environment(loader=PackageLoader("sinkscope.explorer", "templates"), autoescape=select_autoescape())
+    # Escape everything (a `.j2` name is not one select_autoescape recognises): token texts are arbitrary.
+    env = Environment(loader=PackageLoader("sinkscope.explorer", "templates"), autoescape=True)
     # JSON inside <script> must not contain "</" (it would end the element); "<\/" parses to the same string.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
     return env.get_template("view.html.j2").render(data=data, data_json=payload, maps=maps)
