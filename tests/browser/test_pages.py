@@ -130,3 +130,23 @@ def test_every_figure_of_the_report_labels_its_axes_and_names_model_corpus_and_T
         assert label in [t.get_text() for t in fig.texts], title
         for ax in fig.axes:
             assert not ax.get_visible() or ax.get_ylabel(), f"unlabelled y axis or colorbar in: {title}"
+
+
+def test_ablation_section_loads_cleanly_and_shows_the_curve(runs, tmp_path, open_page):
+    """`sinkscope ablate` writes no page of its own: its ablation.parquet, put in a run directory, adds the
+    ablation figure and table to that run's report."""
+    import shutil
+
+    model, corpus = runs / "model", runs / "corpus.txt"
+    code = main(["ablate", "--model", str(model), "--corpus", str(corpus), "--seq-len", "16", "--max-windows", "4",
+                 "--score-windows", "2", "--fractions", "0.25", "--random-draws", "2", "--out", str(tmp_path / "abl")])
+    assert code == 0
+    run = tmp_path / "with_ablation"
+    shutil.copytree(runs / "prose_run", run)
+    shutil.copy(tmp_path / "abl" / "ablation.parquet", run)
+    assert main(["report", str(run)]) == 0
+    facts = assert_readable(open_page(run / "report.html"))
+    assert "Loss change when heads are switched off" in facts["alts"]
+    curve = pd.read_parquet(run / "ablation.parquet")
+    for (selection, _), rows in curve.groupby(["selection", "fraction"]):
+        assert f"{rows['delta_loss'].mean():+.4f}" in facts["cells"], selection
