@@ -118,7 +118,7 @@ def analyze(
     analysed = 0
     with (
         layer_input_hooks(lm, collector.on_layer_input),
-        watch_attention(lm.model, attention, collector.on_block, collector.on_values),
+        watch_attention(lm.model, attention, collector.on_block, collector.on_values, collector.on_layer),
         smoother.hooks() if smoother else contextlib.nullcontext(),
     ):
         bar = tqdm(windows, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)

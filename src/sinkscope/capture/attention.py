@@ -1,10 +1,17 @@
-"""Attention computed in query blocks, with statistics reduced as each block is produced.
+"""The attention function of an analysis: the model's attention, with the statistics' ingredients on the side.
 
 Registered with transformers' attention interface as "sinkscope" (together with a mask function: a custom
 attention function registered without one gets no causal mask, and would silently give wrong sink scores).
-For each block of queries we form the logits from q and k, softmax them, hand the probabilities to the
-observer, and multiply by v for the layer's output, so no more than one block of one layer's attention
-exists at a time, whatever T is, and attention is computed once (the model's output is ours, equal to eager).
+Two paths compute the layer's output (ours, equal to eager) and what the statistics need:
+
+- `fused_attention`, for plain causal attention (no mask tensor, no softcap, equal q/v head sizes, CPU): two
+  calls of PyTorch's fused flash kernel, which never forms the T×T map. The first gives the output and the row
+  log-normaliser `lse_t = log Σ_j exp(s q_t·k_j)`, so any entry `A[t,j] = exp(s q_t·k_j − lse_t)` costs O(d);
+  the second is the transposed attention with `−lse_t` folded into the logits, whose log-normaliser is the
+  column sum `log c_k = log Σ_{t≥k} A[t,k]` and whose output gives the entropy sum (see `fused_attention`).
+- `blocked_attention`, for everything else (sliding windows shorter than T, padding masks, softcapping) and for
+  observers that need the probabilities themselves: query blocks of about 4 MB, softmaxed, handed to the
+  observer and multiplied by v, so no more than one block of one layer's attention exists at a time.
 Modules that no observer watches fall through to the plain sdpa path.
 """
 
@@ -12,11 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.stats.patterns import entropy_weights
 
 NAME = "sinkscope"
 # Elements of one (B, H, Q, K) block of logits (4 MB in float32): small enough to stay near the cache, large
@@ -26,7 +35,38 @@ BLOCK_ELEMENTS = 1 << 20
 BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 """`observer(layer, q_start, probs (B,H,Q,K), entropy (B,H,Q) nats, out (B,H,Q,Dv))` for every block."""
 
-_watched: dict[int, tuple[int, BlockObserver, Callable[[int, Tensor], None]]] = {}
+
+
+@dataclass(frozen=True)
+class LayerRows:
+    """What the statistics of SPEC §2–§3 need from one layer's attention over a batch, without the map.
+
+    `sink`, `diag`, `prev`: `A[t,0]`, `A[t,t]`, `A[t,t-1]` (0 at t = 0), (B, H, T) float32; `columns`:
+    `c_k = Σ_{t≥k} A[t,k]`, (B, H, T) float64; `entropy`: `Σ_{t≥1} H(A[t,:]) / log(t+1)` in nats, (B, H) float64;
+    `out_norms`: `||o_t||` of each head's output before the output projection, (B, H, T) float32.
+    """
+
+    sink: Tensor
+    diag: Tensor
+    prev: Tensor
+    columns: Tensor
+    entropy: Tensor
+    out_norms: Tensor
+
+
+LayerObserver = Callable[[int, LayerRows], None]
+"""`observer(layer, rows)` once per layer and forward pass, when the layer took the fused path."""
+
+
+@dataclass(frozen=True)
+class _Watch:
+    layer: int
+    on_block: BlockObserver
+    on_values: Callable[[int, Tensor], None]
+    on_layer: LayerObserver | None
+
+
+_watched: dict[int, _Watch] = {}
 
 
 def block_rows(batch: int, heads: int, seq_len: int) -> int:
@@ -85,6 +125,73 @@ def blocked_attention(
     return out
 
 
+def fused_eligible(query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None) -> bool:
+    """Whether `fused_attention` computes this call exactly: plain causal attention (transformers' sdpa mask
+    function returns no mask then: no padding, no sliding window shorter than T), no logit softcap, equal head
+    sizes for q and v (the CPU flash kernel needs them), on the CPU."""
+    return (
+        attention_mask is None
+        and softcap is None
+        and query.shape[-1] == value.shape[-1]
+        and query.device.type == "cpu"
+        and value.device.type == "cpu"
+    )
+
+
+def _flash(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, Tensor]:
+    """Causal attention output (B, H, T, Dv) and row log-normaliser `lse` (B, H, T) from the fused CPU kernel."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, 0.0, True, attn_mask=None, scale=scaling
+    )
+    return out, lse
+
+
+def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
+    """Plain causal attention and its `LayerRows`, in two fused kernel calls; the output is (B, T, H, Dv).
+
+    `query` (B, H, T, D), `key`/`value` (B, KV, T, D) (GQA: query head h reads kv head `h // (H // KV)`).
+    With logits `S[t,j] = s q_t·k_j` and the first call's `lse_t`:
+    - `A[t,j] = exp(S[t,j] − lse_t)` for j = 0, t, t−1 (O(T·d));
+    - the second call attends from keys to queries, in reversed order so that `t ≥ k` is an ordinary causal
+      mask: queries `[k_k, 1]`, keys `[q_t, −lse_t/s]`, scale s, so its logits are `S[t,k] − lse_t` and its
+      log-normaliser is `log c_k`; its values `[w_t q_t, 0]` (`w_t = 1/log(t+1)`, `w_0 = 0`) make its output
+      `Σ_t A[t,k] w_t q_t / c_k`, hence `Σ_k c_k s k_k·out_k = Σ_t w_t Σ_j A[t,j] S[t,j]`, and the entropy sum
+      `Σ_t w_t H_t = Σ_t w_t lse_t − Σ_t w_t Σ_j A[t,j] S[t,j]` (as `H_t = lse_t − Σ_j A[t,j] S[t,j]`).
+    """
+    B, H, T, D = query.shape
+    group = H // key.shape[1]
+    q = query.float()
+    k = key.float().repeat_interleave(group, dim=1)  # (B, H, T, D): the kernel has no GQA of its own
+    out, lse = _flash(q, k, value.float().repeat_interleave(group, dim=1), scaling)  # (B, H, T, D), (B, H, T)
+
+    def entries(keys: Tensor, rows: slice) -> Tensor:  # A[t, j(t)] for the key j(t) of each row t in `rows`
+        return torch.exp(scaling * (q[:, :, rows] * keys).sum(-1) - lse[:, :, rows])
+
+    prev = torch.zeros_like(lse)
+    prev[..., 1:] = entries(k[:, :, :-1], slice(1, None))
+    weights = entropy_weights(0, T, q.device)
+    reverse = lambda x: x.flip(2)  # noqa: E731  (B, H, T, ·) in reversed sequence order
+    ones = q.new_ones(B, H, T, 1)
+    mixed, log_columns = _flash(
+        reverse(torch.cat([k, ones], -1)),
+        reverse(torch.cat([q, lse.unsqueeze(-1) / -scaling], -1)),
+        reverse(torch.cat([q * weights.float().view(T, 1), torch.zeros_like(ones)], -1)),
+        scaling,
+    )
+    columns = reverse(log_columns).double().exp()  # (B, H, T): c_k
+    mass_logits = scaling * (k * reverse(mixed)[..., :D]).sum(-1)  # Σ_t A[t,k] w_t S[t,k] / c_k
+    entropy = (lse.double() * weights).sum(-1) - (columns * mass_logits.double()).sum(-1)
+    rows = LayerRows(
+        sink=entries(k[:, :, :1], slice(None)),
+        diag=entries(k, slice(None)),
+        prev=prev,
+        columns=columns,
+        entropy=entropy,
+        out_norms=out.norm(dim=-1),
+    )
+    return out.transpose(1, 2).to(query.dtype).contiguous(), rows
+
+
 def sinkscope_attention(
     module: torch.nn.Module,
     query: Tensor,
@@ -96,7 +203,8 @@ def sinkscope_attention(
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[Tensor, None]:
-    """transformers attention-interface function: blocked attention for watched modules, sdpa otherwise."""
+    """transformers attention-interface function: for watched modules the fused path where it is exact and the
+    watcher takes `LayerRows`, else blocked attention; sdpa for the others."""
     watch = _watched.get(id(module))
     if watch is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -104,14 +212,19 @@ def sinkscope_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if kwargs.get("s_aux") is not None:
         raise SinkscopeError("models with learned attention sinks (s_aux) are not supported yet")
-    layer, observer, on_values = watch
-    on_values(layer, value)
+    watch.on_values(watch.layer, value)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if watch.on_layer is not None and fused_eligible(query, value, attention_mask, softcap):
+        out, rows = fused_attention(query, key, value, scaling)
+        watch.on_layer(watch.layer, rows)
+        return out, None
+    layer, observer = watch.layer, watch.on_block
     out = blocked_attention(
         query,
         key,
         value,
         attention_mask,
-        query.shape[-1] ** -0.5 if scaling is None else scaling,
+        scaling,
         softcap,
         lambda start, probs, entropy, block: observer(layer, start, probs, entropy, block),
     )
@@ -135,8 +248,11 @@ def watch_attention(
     modules: dict[int, torch.nn.Module],
     observer: BlockObserver,
     on_values: Callable[[int, Tensor], None],
+    on_layer: LayerObserver | None = None,
 ):
-    """Route the attention of `modules` ({layer: attention module}) through `blocked_attention` inside the block.
+    """Route the attention of `modules` ({layer: attention module}) through this module inside the block: with
+    `on_layer`, layers that `fused_eligible` admits take `fused_attention` and report to it; every other layer
+    takes `blocked_attention` and reports each block to `observer`.
 
     Sets the model's attention implementation to "sinkscope" and restores the previous one in `finally`.
     """
@@ -144,7 +260,7 @@ def watch_attention(
     config = model.config
     previous = config._attn_implementation
     for layer, module in modules.items():
-        _watched[id(module)] = (layer, observer, on_values)
+        _watched[id(module)] = _Watch(layer, observer, on_values, on_layer)
     try:
         model.set_attn_implementation(NAME)
         yield

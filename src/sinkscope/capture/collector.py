@@ -13,12 +13,14 @@ import torch
 from torch import Tensor
 
 from sinkscope.capture.accumulator import Accumulator, KeyedAccumulator
+from sinkscope.capture.attention import LayerRows
 from sinkscope.errors import SinkscopeError
 from sinkscope.stats.geometry import bos_geometry_sums
 from sinkscope.stats.patterns import (
     exceed_counts,
     key_scores_from_columns,
     pattern_block_sums,
+    pattern_row_sums,
     received_from_columns,
 )
 from sinkscope.stats.switch import switch_block_sums, value_drain
@@ -92,8 +94,24 @@ class StatsCollector:
 
     def on_block(self, layer: int, start: int, probs: Tensor, entropy: Tensor, out: Tensor) -> None:
         """One block of queries of one layer: probs (B, H, Q, K), entropy (B, H, Q), out (B, H, Q, Dv)."""
-        # NaN and ±inf survive a sum, so one reduction per window checks the whole block cheaply.
-        finite = torch.isfinite(entropy.sum((1, 2)) + out.sum((1, 2, 3)))  # (B,)
+        self._check_finite(layer, entropy.sum((1, 2)) + out.sum((1, 2, 3)))
+        sums, hard_sink, hard_diag = pattern_block_sums(probs, start, self.delta, entropy)
+        self._fold_columns(layer, start, sums.pop("columns"), sums.pop("diagonal"))
+        self._fold_rows(layer, start, sums, hard_sink, hard_diag, out.norm(dim=-1))
+
+    def on_layer(self, layer: int, rows: LayerRows) -> None:
+        """One layer's whole attention over the batch, from the fused path (`LayerRows`, no map)."""
+        self._check_finite(layer, rows.entropy.sum(1) + rows.out_norms.sum((1, 2)))
+        sums, hard_sink, hard_diag = pattern_row_sums(rows.sink, rows.diag, rows.prev, 0, self.delta)
+        # The kernel masks causally by construction (no mass above the diagonal); the rows' total mass is checked
+        # through the column sums, which the second kernel call computes from the first call's normalisers.
+        sums |= {"entropy": rows.entropy.sum(0), "row_total": rows.columns.sum((0, 2))}
+        self._fold_columns(layer, 0, rows.columns, rows.diag.double())
+        self._fold_rows(layer, 0, sums, hard_sink, hard_diag, rows.out_norms)
+
+    def _check_finite(self, layer: int, window_sums: Tensor) -> None:
+        """NaN and ±inf survive a sum, so one sum (B,) per window checks a whole block or layer cheaply."""
+        finite = torch.isfinite(window_sums)
         if not finite.all():
             bad = (~finite).nonzero().flatten().tolist()
             rank, world = self.shard
@@ -103,12 +121,15 @@ class StatsCollector:
                 f"window {first} gave non-finite attention in layer {layer} (NaN or overflow in "
                 f"{self.dtype_name}); {hint}"
             )
-        sums, hard_sink, hard_diag = pattern_block_sums(probs, start, self.delta, entropy)
-        self._fold_columns(layer, start, sums.pop("columns"), sums.pop("diagonal"))
-        sums |= switch_block_sums(out.norm(dim=-1), self._value_norms[layer], hard_sink, start, self.tau)
+
+    def _fold_rows(
+        self, layer: int, start: int, sums: dict[str, Tensor], hard_sink: Tensor, hard_diag: Tensor, out_norms: Tensor
+    ) -> None:
+        """Add per-head sums of queries `start..` and the switch and MLP-like counts of their rows (B, H, Q)."""
+        sums |= switch_block_sums(out_norms, self._value_norms[layer], hard_sink, start, self.tau)
         for name, value in sums.items():
             self.acc.add(name, (layer,), value)
-        rows = torch.arange(start, start + probs.shape[2], device=probs.device)
+        rows = torch.arange(start, start + out_norms.shape[2], device=out_norms.device)
         every_head = (hard_sink | hard_diag).all(dim=1) & (rows >= 1)  # (B, Q): the layer acts like an MLP
         self.acc.add("mlp_like", (layer,), every_head.sum().double())
 

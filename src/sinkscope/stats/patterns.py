@@ -112,31 +112,51 @@ def pattern_block_sums(
     """
     B, H, Q, K = probs.shape
     rows = torch.arange(q_start, q_start + Q, device=probs.device)
-    diag = probs.gather(-1, rows.view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1).double()  # (B, H, Q)
-    prev = probs.gather(-1, (rows - 1).clamp_min(0).view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1).double()
-    col0 = probs[..., 0].double()
+    diag = probs.gather(-1, rows.view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1)  # (B, H, Q)
+    prev = probs.gather(-1, (rows - 1).clamp_min(0).view(1, 1, Q, 1).expand(B, H, Q, 1)).squeeze(-1)
+    sums, hard_sink, hard_diag = pattern_row_sums(probs[..., 0], diag, prev, q_start, delta)
     if entropy is None:
         plogp = torch.where(probs > 0, probs * probs.clamp_min(1e-30).log(), torch.zeros_like(probs))
         entropy = -plogp.sum(-1)
-    entropy = entropy.double() / torch.log((rows + 1).clamp_min(2).double())  # normalised by log(t+1)
+    sums["entropy"] = (entropy.double() * entropy_weights(q_start, Q, probs.device)).sum((0, 2))
     # Mass above the diagonal can only sit in the block's own Q×Q corner (keys q_start..q_start+Q-1).
     corner = probs[..., q_start : q_start + Q]
     above = torch.ones(Q, Q, dtype=torch.bool, device=probs.device).triu(1)
-    valid = (rows >= 1).view(1, 1, Q)  # queries t ≥ 1
+    columns = probs.sum(2).double()  # (B, H, K): float32 within a block, float64 across blocks
+    sums |= {
+        "upper_mass": (corner * above).sum((0, 2, 3)).double(),
+        "row_total": columns.sum((0, 2)),
+        "columns": columns,
+        "diagonal": diag.double(),
+    }
+    return sums, hard_sink, hard_diag
+
+
+def entropy_weights(q_start: int, Q: int, device: torch.device | str = "cpu") -> Tensor:
+    """Weights `w_t = 1 / log(t+1)` of query rows `q_start..q_start+Q-1` that normalise their entropy, and
+    `w_0 = 0` (SPEC §2 averages over t ≥ 1). → (Q,) float64."""
+    rows = torch.arange(q_start, q_start + Q, device=device, dtype=torch.float64)
+    return torch.where(rows >= 1, 1 / torch.log((rows + 1).clamp_min(2)), torch.zeros_like(rows))
+
+
+def pattern_row_sums(
+    col0: Tensor, diag: Tensor, prev: Tensor, q_start: int, delta: float
+) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+    """The SPEC §2 sums that need only three entries of each query row: `col0 = A[t,0]`, `diag = A[t,t]`,
+    `prev = A[t,t-1]` (any value at t = 0), each (B, H, Q) for queries `q_start..q_start+Q-1`.
+    Returns `(sums, hard_sink, hard_diag)` as `pattern_block_sums` does, with the sums `sink` (over every t),
+    `diag`, `prev`, `hard_sink`, `hard_diag` (over t ≥ 1), each (H,) float64."""
+    Q = col0.shape[-1]
+    valid = (torch.arange(q_start, q_start + Q, device=col0.device) >= 1).view(1, 1, Q)  # queries t ≥ 1
+    col0, diag, prev = col0.double(), diag.double(), prev.double()
     hard_sink = (col0 >= 1 - delta) & valid
     hard_diag = (diag >= 1 - delta) & valid
-    columns = probs.sum(2).double()  # (B, H, K): float32 within a block, float64 across blocks
     sums = {
         "sink": col0.sum((0, 2)),
         "diag": (diag * valid).sum((0, 2)),
         "prev": (prev * valid).sum((0, 2)),
-        "entropy": (entropy * valid).sum((0, 2)),
         "hard_sink": hard_sink.sum((0, 2)).double(),
         "hard_diag": hard_diag.sum((0, 2)).double(),
-        "upper_mass": (corner * above).sum((0, 2, 3)).double(),
-        "row_total": columns.sum((0, 2)),
-        "columns": columns,
-        "diagonal": diag,
     }
     return sums, hard_sink, hard_diag
 
