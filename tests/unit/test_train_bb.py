@@ -138,6 +138,7 @@ def test_tiny_regime_map_writes_the_documented_columns(tmp_path: Path) -> None:
     assert saved.loc[saved["init"] == "torch", "embedding_init_std"].eq(1.0).all()
     assert abs(saved.loc[saved["init"] == "torch", "init_std"].iloc[0] - 1 / math.sqrt(3 * 32)) < 1e-12
     assert saved["pattern"].isin(PATTERNS).all() and (saved["wqk_nuclear"] >= saved["wqk_frobenius"]).all()
+    assert (saved["dwqk_nuclear"] >= saved["dwqk_frobenius"]).all() and (saved["init_wqk_frobenius"] > 0).all()
     cells = pd.read_parquet(tmp_path / "m" / "regime_cells.parquet")
     assert tuple(cells.columns) == CELL_COLUMNS and len(cells) == 4 and cells["agreement"].str.endswith("/3").all()
     for name in ("phase_diagram.png", "wqk_costs.png"):

@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import NullFormatter
 
 from sinkscope.synthetic.summary import PATTERNS
 
@@ -37,7 +38,8 @@ def phase_diagram(cells: pd.DataFrame) -> Figure:
     inits = list(dict.fromkeys(cells["init"]))
     rows = sorted({(bool(b), float(w)) for b, w in zip(cells["bos"], cells["weight_decay"])}, key=lambda r: (not r[0], r[1]))
     cmap = ListedColormap([COLOURS[p] for p in PATTERNS])
-    fig = Figure(figsize=(2.2 + 1.9 * len(inits) * len(variants), 1.2 + 0.75 * len(rows)), layout="constrained")
+    width = max(7.0, 2.2 + 1.9 * len(inits) * len(variants))
+    fig = Figure(figsize=(width, 1.5 + 0.75 * len(rows)), layout="constrained")
     axes = fig.subplots(1, len(variants), squeeze=False)[0]
     for ax, variant in zip(axes, variants):
         grid = [[float("nan")] * len(inits) for _ in rows]
@@ -55,8 +57,8 @@ def phase_diagram(cells: pd.DataFrame) -> Figure:
     axes[0].set_ylabel("BOS, weight decay")
     fig.legend(handles=[Patch(color=COLOURS[p], label=p) for p in PATTERNS], loc="outside lower center",
                ncol=len(PATTERNS), fontsize=7)
-    fig.suptitle("gBB regime map: pattern of the dominant switch head on non-trigger queries (majority over seeds)",
-                 fontsize=9)
+    fig.suptitle("gBB regime map: pattern of the dominant switch head on non-trigger queries\n"
+                 "(majority over seeds, with agreement; mean BOS and diagonal mass)", fontsize=9)
     return fig
 
 
@@ -85,6 +87,8 @@ def wqk_cost_figure(rows: pd.DataFrame, cells: pd.DataFrame) -> Figure:
         right.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="measured = predicted")
         right.set_xscale("log")
         right.set_yscale("log")
+        for axis in (right.xaxis, right.yaxis):
+            axis.set_minor_formatter(NullFormatter())
     right.set_xlabel("predicted ‖W_QK‖_* = κ · cost per κ / mean‖z‖²")
     right.set_ylabel("measured ‖W_QK‖_*")
     right.set_title("Nuclear norm vs the minimum-norm prediction", fontsize=9)

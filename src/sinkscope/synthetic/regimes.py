@@ -21,12 +21,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
+import torch
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.synthetic.train import RunConfig, train_bb
+from sinkscope.synthetic.summary import cost_predictions, head_costs
+from sinkscope.synthetic.train import RunConfig, build_model, load_checkpoint, train_bb
 
 # The base of every regime map: one attention-only layer (the head's output goes straight to the unembedding, so
 # how it switches off on non-trigger queries matters), d = 64, T = 33 positions with BOS, Dirichlet(0.5) bigram,
@@ -98,12 +101,14 @@ QUICK_GRID = RegimeGrid(
 REGIME_COLUMNS = (
     "cell", "init", "init_std", "embedding_init_std", "bos", "weight_decay", "variant", "seed",
     "pattern", "switch_head", "bos_mass", "diag_mass", "entropy", "switch_off", "copy_acc", "excess_loss_noncopy",
-    "wqk_nuclear", "wqk_frobenius", "wqk_nuc_over_fro", "pred_nuclear", "pred_nuc_over_fro", "heads", "seconds",
+    "wqk_nuclear", "wqk_frobenius", "wqk_nuc_over_fro", "pred_nuclear", "pred_nuc_over_fro",
+    "init_wqk_frobenius", "dwqk_nuclear", "dwqk_frobenius", "heads", "seconds",
 )
 CELL_COLUMNS = (
     "cell", "init", "init_std", "embedding_init_std", "bos", "weight_decay", "variant", "n_seeds",
     "pattern", "agreement", "patterns", "bos_mass", "bos_mass_std", "diag_mass", "diag_mass_std",
     "entropy", "copy_acc", "wqk_nuclear", "wqk_nuclear_std", "wqk_frobenius", "wqk_nuc_over_fro",
+    "dwqk_nuc_over_fro",
     "pred_nuclear", "nuclear_over_pred", "pred_sink_nuc_over_fro", "pred_diag_nuc_over_fro",
 )
 
@@ -117,11 +122,28 @@ def effective_init_stds(config: RunConfig) -> tuple[float, float]:
     return model.init_std, model.embedding_init_std
 
 
-def regime_row(cell: str, seed: int, config: RunConfig, summary: dict[str, Any], init_label: str) -> dict[str, Any]:
+def wqk_change(run_dir: Path, layer: int, head: int) -> dict[str, float]:
+    """Frobenius norm of the head's W_QK at initialisation (rebuilt from the run's seed) and the nuclear and
+    Frobenius norms of what training added, `W_QK(final) - W_QK(init)`: the learned part's rank signature."""
+    config, model = load_checkpoint(run_dir)
+    initial = build_model(config)
+    with torch.no_grad():
+        w0 = initial.blocks[layer].attn.w_qk()[head]
+        delta = model.blocks[layer].attn.w_qk()[head] - w0
+        return {"init_wqk_frobenius": float(torch.linalg.matrix_norm(w0, "fro")),
+                "dwqk_nuclear": float(torch.linalg.matrix_norm(delta, "nuc")),
+                "dwqk_frobenius": float(torch.linalg.matrix_norm(delta, "fro"))}
+
+
+def regime_row(
+    cell: str, seed: int, config: RunConfig, summary: dict[str, Any], init_label: str, run_dir: Path
+) -> dict[str, Any]:
     """One row of regimes.parquet from a run's summary (its dominant switch head, `summary.summarize`)."""
-    head, final, costs = summary["switch_head"], summary["switch_head_final"], summary["switch_head_costs"]
-    init_std, emb_std = effective_init_stds(config)
     nan = lambda x: math.nan if x is None else x  # noqa: E731  (summary.json stores NaN as null)
+    head, final = summary["switch_head"], {k: nan(v) for k, v in summary["switch_head_final"].items()}
+    pred = cost_predictions(config.task.vocab_size, config.task.n_triggers)
+    costs = head_costs(SimpleNamespace(**final), head["pattern"], pred)  # recomputed: reused runs stay current
+    init_std, emb_std = effective_init_stds(config)
     return {
         "cell": cell, "init": init_label, "init_std": init_std, "embedding_init_std": emb_std,
         "bos": config.task.bos, "weight_decay": config.train.weight_decay, "variant": config.model.attention,
@@ -131,7 +153,8 @@ def regime_row(cell: str, seed: int, config: RunConfig, summary: dict[str, Any],
         "excess_loss_noncopy": summary["excess_loss_noncopy"],
         "wqk_nuclear": final["wqk_nuclear"], "wqk_frobenius": final["wqk_frobenius"],
         "wqk_nuc_over_fro": costs["wqk_nuc_over_fro"], "pred_nuclear": nan(costs["pred_nuclear"]),
-        "pred_nuc_over_fro": costs["pred_nuc_over_fro"], "heads": summary["heads_line"],
+        "pred_nuc_over_fro": costs["pred_nuc_over_fro"], **wqk_change(run_dir, head["layer"], head["head"]),
+        "heads": summary["heads_line"],
         "seconds": summary["seconds"],
     }
 
@@ -152,6 +175,7 @@ def cell_table(rows: pd.DataFrame, predictions: dict[str, float]) -> pd.DataFram
             **{k: group[k].mean() for k in ("bos_mass", "diag_mass", "entropy", "copy_acc", "wqk_nuclear",
                                             "wqk_frobenius", "wqk_nuc_over_fro", "pred_nuclear")},
             **{f"{k}_std": group[k].std(ddof=0) for k in ("bos_mass", "diag_mass", "wqk_nuclear")},
+            "dwqk_nuc_over_fro": (group["dwqk_nuclear"] / group["dwqk_frobenius"]).mean(),
             "nuclear_over_pred": group["wqk_nuclear"].mean() / group["pred_nuclear"].mean(),
             "pred_sink_nuc_over_fro": predictions["pred_sink_nuc_over_fro"],
             "pred_diag_nuc_over_fro": predictions["pred_diag_nuc_over_fro"],
@@ -224,11 +248,10 @@ def run_regimes(
             for future, (cell, seed) in futures.items():
                 done(cell, seed, future.result())
     rows = pd.DataFrame(
-        [regime_row(cell, seed, c, summaries[cell, seed], cells[cell][0]) for cell, seed, c, _ in jobs],
+        [regime_row(cell, seed, c, summaries[cell, seed], cells[cell][0], d) for cell, seed, c, d in jobs],
         columns=list(REGIME_COLUMNS),
     )
     from sinkscope.synthetic.regime_figures import phase_diagram, save_figure, wqk_cost_figure
-    from sinkscope.synthetic.summary import cost_predictions
 
     cells_frame = cell_table(rows, cost_predictions(base.task.vocab_size, base.task.n_triggers))
     _write_parquet(rows, out_dir / "regimes.parquet")

@@ -94,12 +94,15 @@ def head_costs(row: Any, pattern: str, pred: dict[str, float]) -> dict[str, floa
     `κ · cost_per_kappa / mean ||z||²`, κ its observed median margin (logits are `z W zᵀ`, so a W on embeddings
     of squared norm r² needs 1/r² of the unit-norm cost); the diagonal's closed form for diagonal heads, the
     sink's otherwise. A heuristic: learned embeddings are not orthonormal, and the same W_QK also carries the
-    copy pattern."""
+    copy pattern. NaN for patterns other than sink and diagonal."""
+    ratio = float(row.wqk_nuclear / row.wqk_frobenius)
+    if pattern not in ("sink", "diagonal"):  # no closed form for a dense, mixed or gated head
+        return {"wqk_nuc_over_fro": ratio, "pred_nuclear": math.nan, "pred_nuc_over_fro": math.nan}
     diagonal = pattern == "diagonal"
     margin = row.diag_margin if diagonal else row.sink_margin
     per_kappa = pred["pred_diag_nuclear_per_kappa"] if diagonal else pred["pred_sink_nuclear_per_kappa"]
     return {
-        "wqk_nuc_over_fro": float(row.wqk_nuclear / row.wqk_frobenius),
+        "wqk_nuc_over_fro": ratio,
         "pred_nuclear": float(margin * per_kappa / row.z_norm_sq) if math.isfinite(margin) else math.nan,
         "pred_nuc_over_fro": pred["pred_diag_nuc_over_fro"] if diagonal else pred["pred_sink_nuc_over_fro"],
     }
