@@ -149,6 +149,7 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
         "tables": table_names,
         "figures": {name: base64.b64encode(png).decode() for name, png in figures.items()},
         "regime_reason": regimes.get("reason", ""),
+        "n_reused": sum(len(labels) for labels in summary["reused"].values()),
     }
     for name in ("report.md", "report.html"):
         (out / name).write_text(env.get_template(f"{name}.j2").render(**context), encoding="utf-8")
