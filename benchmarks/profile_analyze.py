@@ -42,31 +42,41 @@ def instrument() -> None:
 
     F.scaled_dot_product_attention = timed("sdpa", F.scaled_dot_product_attention)
     attention.blocked_attention = timed("blocked_attention", attention.blocked_attention)
-    for name in ("pattern_block_sums", "switch_block_sums", "bos_geometry_sums", "value_drain"):
+    attention.fused_attention = timed("fused_attention", attention.fused_attention)
+    attention._flash = timed("flash", attention._flash)
+    for name in ("pattern_block_sums", "pattern_row_sums", "switch_block_sums", "bos_geometry_sums", "value_drain"):
         setattr(collector, name, timed(name, getattr(collector, name)))
-    for name in ("on_block", "on_values", "on_layer_input", "end_batch"):
+    for name in ("on_block", "on_layer", "_end_layer", "on_values", "on_layer_input", "end_batch"):
         setattr(collector.StatsCollector, name, timed(name, getattr(collector.StatsCollector, name)))
 
 
 def split(total: float) -> list[tuple[str, float, int]]:
     """(part, seconds, calls) of one sinkscope pass of `total` seconds."""
     s, n = SECONDS, CALLS
-    on_block_rest = s["on_block"] - s["pattern_block_sums"] - s["switch_block_sums"]
+    # switch_block_sums runs inside on_layer (fused path) or on_block (blocked path): a model whose layers take
+    # both paths (Gemma-3 beyond its sliding window) has it subtracted from on_layer only.
+    switch_in_layer = s["switch_block_sums"] if n["on_layer"] else 0.0
+    on_block_rest = s["on_block"] - s["pattern_block_sums"] - (s["switch_block_sums"] - switch_in_layer)
     layer_rest = s["on_layer_input"] - s["bos_geometry_sums"]
     parts = [
+        ("fused path: flash kernel calls (output + lse; columns + entropy)", s["flash"], n["flash"]),
+        ("fused path: A[t,0], A[t,t], A[t,t-1], entropy sum, norms", s["fused_attention"] - s["flash"],
+         n["fused_attention"]),
+        ("on_layer (row sums, per-window columns)", s["on_layer"] - switch_in_layer, n["on_layer"]),
+        ("  of which _end_layer (thresholds, key-token table)", s["_end_layer"], n["_end_layer"]),
         (
-            "attention core (logits, softmax, entropy, P·V)",
+            "blocked path: attention core (logits, softmax, entropy, P·V)",
             s["blocked_attention"] - s["on_block"],
             n["blocked_attention"],
         ),
         ("  pattern_block_sums", s["pattern_block_sums"], n["pattern_block_sums"]),
-        ("  switch_block_sums", s["switch_block_sums"], n["switch_block_sums"]),
+        ("switch_block_sums (either path)", s["switch_block_sums"], n["switch_block_sums"]),
         ("  rest of on_block (finite checks, accumulator adds)", on_block_rest, n["on_block"]),
         ("on_values (value norms, value drain)", s["on_values"], n["on_values"]),
         ("bos_geometry_sums", s["bos_geometry_sums"], n["bos_geometry_sums"]),
         ("rest of on_layer_input (certificate sample)", layer_rest, n["on_layer_input"]),
     ]
-    inside = sum(seconds for _, seconds, _ in parts)
+    inside = sum(seconds for name, seconds, _ in parts if not name.startswith("  of which"))
     return [*parts, ("model outside attention and hooks, tabulate", total - inside, 1)]
 
 

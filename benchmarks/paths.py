@@ -1,0 +1,136 @@
+"""Speed of `analyze` against the floor, measured in ONE process, methods interleaved round by round.
+
+On a shared machine the load changes from minute to minute, so ratios of runs made minutes apart (the separate
+workers of `benchmarks/run.py`) mix the load into the result. Here every round runs each method once, back to
+back on the same windows, and the ratio of each round is floor time / method time; the table gives the median
+over rounds of that ratio, by wall clock and by this process's CPU time (user + system, all threads).
+
+Methods (SmolLM2 by default, float32, `AnalyzeConfig(geometry_cap=0)`):
+  floor        `lm.base(input_ids, use_cache=False)`, sdpa, no outputs
+  sinkscope    `analyze`: the fused path on every layer that admits it (all of SmolLM2's)
+  no-columns   `analyze` with the fused path's second kernel call (column sums and entropy) replaced by
+               constants: its numbers are wrong on purpose; it only prices the second call
+  blocked      `analyze` with the fused path switched off (the query-block path of every earlier release)
+"others' CPU" is the share of all cores that other processes used during the rounds (from /proc/stat).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/paths.py --seq-len 1024 --windows 2 --batch 2 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from contextlib import ExitStack, contextmanager
+
+import torch
+
+METHODS = ("floor", "sinkscope", "no-columns", "blocked")
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+@contextmanager
+def variant(method: str):
+    """Patch sinkscope's attention module for the benchmark-only variants."""
+    from sinkscope.capture import attention
+
+    with ExitStack() as stack:
+        if method == "blocked":
+            original = attention.fused_eligible
+            attention.fused_eligible = lambda *a: False
+            stack.callback(setattr, attention, "fused_eligible", original)
+        elif method == "no-columns":
+            original_flash = attention._flash
+            calls = {"n": 0}
+
+            def first_call_only(query, key, value, scaling):  # the second call of each layer returns constants
+                calls["n"] += 1
+                if calls["n"] % 2:
+                    return original_flash(query, key, value, scaling)
+                B, H, T, _ = query.shape
+                return value.new_zeros(value.shape), torch.zeros(B, H, T)  # log c_k = 0: the row-sum check holds
+
+            attention._flash = first_call_only
+            stack.callback(setattr, attention, "_flash", original_flash)
+        yield
+
+
+@torch.no_grad()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--windows", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--out", default=None, help="append one JSON line with every measurement")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(args.threads)
+
+    import sinkscope
+    from sinkscope.analysis import AnalyzeConfig, analyze
+    from sinkscope.corpus.windows import TokenWindows
+
+    lm = sinkscope.load_model(args.model)
+    stream = sinkscope.windows("builtin:prose", lm.tokenizer, args.seq_len, args.windows, batch_size=args.windows)
+    ids = torch.cat(list(stream))
+    config = AnalyzeConfig(geometry_cap=0)
+    methods = args.methods.split(",")
+
+    def run(method: str) -> None:
+        if method == "floor":
+            for batch in ids.split(args.batch):
+                lm.base(input_ids=batch, use_cache=False)
+        else:
+            with variant(method):
+                analyze(lm, TokenWindows(ids, batch_size=args.batch), config, progress=False)
+
+    for method in methods:  # warm-up
+        run(method)
+    wall: dict[str, list[float]] = {m: [] for m in methods}
+    cpu: dict[str, list[float]] = {m: [] for m in methods}
+    busy0, total0 = cpu_ticks()
+    own0 = time.process_time()
+    for _ in range(args.rounds):
+        for method in methods:
+            started, started_cpu = time.perf_counter(), time.process_time()
+            run(method)
+            wall[method].append(time.perf_counter() - started)
+            cpu[method].append(time.process_time() - started_cpu)
+    busy1, total1 = cpu_ticks()
+    ticks = os.sysconf("SC_CLK_TCK")
+    others = max(0.0, (busy1 - busy0) / ticks - (time.process_time() - own0)) / ((total1 - total0) / ticks)
+    tokens = ids.numel()
+    print(f"{args.model}, T={args.seq_len}, {len(ids)} windows, batch {args.batch}, {args.threads} threads, "
+          f"{args.rounds} rounds; others' CPU {others:.0%} of all cores")
+    rows = []
+    for method in methods:
+        ratio_wall = statistics.median(f / m for f, m in zip(wall["floor"], wall[method], strict=True))
+        ratio_cpu = statistics.median(f / m for f, m in zip(cpu["floor"], cpu[method], strict=True))
+        seconds = statistics.median(wall[method])
+        rows.append({"method": method, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                     "x_floor_wall": ratio_wall, "x_floor_cpu": ratio_cpu})
+        print(f"  {method:11s} {seconds:8.2f} s  {tokens / seconds:7.0f} tok/s  {ratio_wall:5.2f}× floor (wall)  "
+              f"{ratio_cpu:5.2f}× floor (CPU time)")
+    if args.out:
+        record = vars(args) | {"others_cpu": others, "rows": rows, "wall": wall, "cpu": cpu,
+                               "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        with open(args.out, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
