@@ -172,10 +172,13 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -
     weights = entropy_weights(0, T, q.device)
     reverse = lambda x: x.flip(2)  # noqa: E731  (B, H, T, ·) in reversed sequence order
     ones = q.new_ones(B, H, T, 1)
+    # Zero columns up to a multiple of 8 change no dot product; the kernel runs faster on such head sizes
+    # (one call, 9 heads, T = 1024, 1 thread, best of 5 on the shared machine: 0.128 s at 72, 0.142 s at 65).
+    zeros = q.new_zeros(B, H, T, -(D + 1) % 8)
     mixed, log_columns = _flash(
-        reverse(torch.cat([k, ones], -1)),
-        reverse(torch.cat([q, lse.unsqueeze(-1) / -scaling], -1)),
-        reverse(torch.cat([q * weights.float().view(T, 1), torch.zeros_like(ones)], -1)),
+        reverse(torch.cat([k, ones, zeros], -1)),
+        reverse(torch.cat([q, lse.unsqueeze(-1) / -scaling, zeros], -1)),
+        reverse(torch.cat([q * weights.float().view(T, 1), torch.zeros_like(ones), zeros], -1)),
         scaling,
     )
     columns = reverse(log_columns).double().exp()  # (B, H, T): c_k
