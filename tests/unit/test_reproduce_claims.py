@@ -83,9 +83,10 @@ def test_ablation_and_dormant_heads():
         c.ablation_verdict("sink_ablation", M, 0.1, [0.1, 0.2]),
         c.ablation_verdict("sink_ablation", M, 0.3, [0.1, 0.2]),
         c.ablation_verdict("sink_ablation", M, 0.3, [-0.1, 0.0]),
+        c.ablation_verdict("sink_ablation_bos", M, 0.01, [0.1, 0.2]),
         c.ablation_verdict("dormant_heads", M, 0.01, [0.1], {"dormant_frac": 0.1}),
         c.ablation_verdict("dormant_heads", M, 0.01, [0.1], {"dormant_frac": 0.01}),
-    ) == [c.SUPPORTED, c.PARTLY, c.NOT_SUPPORTED, c.NOT_MEASURABLE, c.SUPPORTED, c.PARTLY]
+    ) == [c.SUPPORTED, c.PARTLY, c.NOT_SUPPORTED, c.NOT_MEASURABLE, c.SUPPORTED, c.SUPPORTED, c.PARTLY]
 
 
 def test_cost_closed_forms():

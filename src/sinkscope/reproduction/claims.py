@@ -28,7 +28,9 @@ CLAIMS = {
     "switch": (3, "A head switches off on a token (output ≈ 0) if and only if it sinks on that token."),
     "value_drain": (3, "A sink's value is small: on sink heads ||v_0|| is well below the other tokens' values."),
     "mlp_like": (3, "Some attention layers act like MLPs: on most tokens every head is hard-sink or hard-diagonal."),
-    "sink_ablation": (3, "Switching off the most sink-like heads costs less loss than switching off random heads."),
+    "sink_ablation": (3, "Switching off (zeroing) the most sink-like heads costs less loss than zeroing random heads."),
+    "sink_ablation_bos": (3, "Moving all attention of the most sink-like heads to BOS (their output becomes v_0) costs "
+                             "less loss than doing so for random heads."),
     "cost_closed_forms": (4, "A sink costs κ√T in nuclear norm (rank 1), a diagonal pattern κT (full rank)."),
     "cost_real_layers": (4, "On the real model's attention inputs, a sink is cheaper than a diagonal pattern."),
     "bigram_backcopy_regimes": (4, "In the bigram-backcopy task, the sink is learned with BOS and the diagonal "
@@ -245,7 +247,7 @@ ABLATION = {"supported_ratio": 0.5, "partly_ratio": 1.0}
 def ablation_verdict(
     claim: str, model: str, delta_selected: float, delta_random: Sequence[float], extra: dict | None = None
 ) -> Verdict:
-    """Claims `sink_ablation` and `dormant_heads`: loss change (nats/token) of a selected head set vs the mean of
+    """Claims `sink_ablation`, `sink_ablation_bos` and `dormant_heads`: loss change (nats/token) of a selected head set vs the mean of
     random sets of the same size. ratio = Δ_selected / mean Δ_random: supported ≤ `supported_ratio`, partly
     < `partly_ratio`, else not supported; not measurable when the random sets do not raise the loss.
     `extra` joins the evidence (e.g. the dormant fraction) and may carry `min_dormant_frac`, checked for

@@ -49,16 +49,19 @@ def smoothing_figure(evidence: dict[str, dict]) -> Figure:
 
 
 def ablation_figure(evidence: dict[str, dict]) -> Figure:
-    """Per model: loss change of the sink-like, dormant and random head sets (random: every draw)."""
-    fig, axes = _axes(len(evidence), width=3.8)
+    """Per model: loss change of the sink-like, dormant and random head sets, zeroed and (sink-like, random)
+    moved to BOS; dots: every random draw."""
+    bars = [("zero", "highest-hard-sink", "sink-like\nzero", "#c0392b"), ("zero", "lowest-ahon-ln", "dormant\nzero",
+             "#7d3c98"), ("zero", "random", "random\nzero", "#909497"), ("bos", "highest-hard-sink",
+             "sink-like\n→BOS", "#e59866"), ("bos", "random", "random\n→BOS", "#bfc9ca")]  # fmt: skip
+    fig, axes = _axes(len(evidence), width=4.6)
     for ax, (model, tables) in zip(axes, evidence.items()):
         curve = tables["ablation"]
-        labels = ["highest-hard-sink", "lowest-ahon-ln", "random"]
-        for x, selection in enumerate(labels):
-            values = curve.loc[curve["selection"] == selection, "delta_loss"].to_numpy()
-            ax.bar(x, values.mean() if values.size else 0.0, color=["#c0392b", "#7d3c98", "#909497"][x], alpha=0.7)
+        for x, (mode, selection, _, colour) in enumerate(bars):
+            values = curve.loc[(curve["mode"] == mode) & (curve["selection"] == selection), "delta_loss"].to_numpy()
+            ax.bar(x, values.mean() if values.size else 0.0, color=colour, alpha=0.8)
             ax.plot([x] * values.size, values, "k.", ms=4)
-        ax.set_xticks(range(3), ["sink-like", "dormant", "random"])
+        ax.set_xticks(range(len(bars)), [label for *_, label, _ in bars], fontsize=7)
         ax.set(ylabel="Δ loss (nats/token)", title=model)
     fig.tight_layout()
     return fig

@@ -51,14 +51,17 @@ def corpus_verdicts(model: str, corpus: str, run) -> list[c.Verdict]:
 def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame) -> list[c.Verdict]:
     """Sink-like and dormant head sets against the random sets of the same size (`sinkscope.ablate` curve)."""
     out = []
-    for claim, selection in (("sink_ablation", "highest-hard-sink"), ("dormant_heads", "lowest-ahon-ln")):
-        chosen = ablation[ablation["selection"] == selection]
+    for claim, selection, mode in (("sink_ablation", "highest-hard-sink", "zero"),
+                                   ("sink_ablation_bos", "highest-hard-sink", "bos"),
+                                   ("dormant_heads", "lowest-ahon-ln", "zero")):  # fmt: skip
+        frame = ablation[ablation["mode"] == mode]
+        chosen = frame[frame["selection"] == selection]
         if chosen.empty:
-            out.append(c.Verdict(claim, model, c.NOT_MEASURABLE, reason=f"no {selection} set", corpus=corpus))
+            out.append(c.Verdict(claim, model, c.NOT_MEASURABLE, reason=f"no {selection} set ({mode})", corpus=corpus))
             continue
         row = chosen.iloc[0]
-        random = ablation[(ablation["selection"] == "random") & (ablation["n_heads"] == row["n_heads"])]
-        extra = {"n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]), "base_loss": float(row["base_loss"]),
+        random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]
+        extra = {"mode": mode, "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]), "base_loss": float(row["base_loss"]),
                  "delta_sem": float(row["delta_sem"]), "n_windows": int(row["n_windows"])}  # fmt: skip
         if claim == "dormant_heads":
             extra |= {"dormant_frac": float((heads["ahon_ln"] <= c.DORMANT_AHON_LN).mean()),

@@ -33,8 +33,9 @@ SECTIONS = (
         "number": 3, "title": "Hard switch ⇔ sink", "figure": "ablation",
         "measurement": "Per query and head: switched off (‖o_t‖ ≤ 0.1 · mean ‖v_j‖) × hard sink (A[t,0] ≥ 0.9), "
         "pooled over heads; value drain ‖v_0‖ / mean ‖v_j‖ on heads that are hard-sink on ≥ half of their "
-        "queries; the MLP-like fraction of each layer; loss change when the most sink-like heads are zeroed vs "
-        "random heads of the same number (`sinkscope ablate`).",
+        "queries; the MLP-like fraction of each layer; loss change when the most sink-like heads are zeroed, or "
+        "their attention is moved to BOS, vs random heads of the same number (`sinkscope ablate`, modes zero "
+        "and bos).",
     },
     {
         "number": 4, "title": "Cost of a sink vs a diagonal pattern", "figure": "cost",

@@ -4,7 +4,8 @@ Layout of `out/` (every section directory carries `reproduce-key.json`, the sett
 section whose key matches is read back instead of recomputed, so a rerun only does what is missing):
 
     MODEL/analyze-CORPUS/   `sinkscope analyze` run (main corpora with the oversmoothing columns; anchors without)
-    MODEL/ablate/           `sinkscope ablate` (sink-like and dormant heads vs random heads)
+    MODEL/ablate/           `sinkscope ablate` (sink-like and dormant heads vs random heads, zeroed)
+    MODEL/ablate-bos/       `sinkscope ablate --mode bos` (sink-like heads vs random heads, attention moved to BOS)
     MODEL/cost-layers/      exact sink/diagonal costs on the model's attention inputs
     MODEL/weights/          spectra of W_QK and W_VO per head
     theory/cost/            closed forms over T and exact programs on orthonormal embeddings
@@ -124,18 +125,20 @@ class ModelSections:
         label = f"analyze {corpus}{' + smoothing' if smoothing else ''} ({n_windows} windows, T={c.seq_len})"
         return Run.load(self.section(label, directory, key, compute))
 
-    def ablation(self, scores_run_dir: Path) -> pd.DataFrame:
-        """Sink-like (highest hard-sink fraction) and dormant (lowest AHON-LN) heads vs random heads, zeroed."""
+    def ablation(self, scores_run_dir: Path, mode: str = "zero") -> pd.DataFrame:
+        """Heads vs random heads of the same number, ablated: `zero` (outputs set to 0) for the sink-like (highest
+        hard-sink fraction) and dormant (lowest AHON-LN) sets; `bos` (all attention moved to BOS, output v_0)
+        for the sink-like set."""
         from sinkscope.ablate import AblateConfig
 
         c = self.config
-        ablate_config = AblateConfig(selections=("highest-hard-sink", "lowest-ahon-ln"),
-                                     fractions=(c.ablation_fraction,), mode="zero", n_random=c.random_draws,
-                                     seed=c.seed, from_run=str(scores_run_dir))  # fmt: skip
+        selections = ("highest-hard-sink", "lowest-ahon-ln") if mode == "zero" else ("highest-hard-sink",)
+        ablate_config = AblateConfig(selections=selections, fractions=(c.ablation_fraction,), mode=mode,
+                                     n_random=c.random_draws, seed=c.seed, from_run=str(scores_run_dir))  # fmt: skip
         key = {"section": "ablate", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
                "windows": c.ablation_windows, "config": asdict(ablate_config) | {"from_run": "analysis"},
                "scores": _normal(json.loads((scores_run_dir / KEY_FILE).read_text())), "dtype": c.dtype}  # fmt: skip
-        directory = self.out / "ablate"
+        directory = self.out / ("ablate" if mode == "zero" else f"ablate-{mode}")
 
         def compute(target: Path) -> None:
             from sinkscope.ablate import run_ablation, save_ablation
@@ -146,7 +149,7 @@ class ModelSections:
             curve, scores, meta = run_ablation(lm, stream, ablate_config)
             save_ablation(target, curve, scores, meta, overwrite=True)
 
-        label = f"ablate {c.ablation_fraction:g} of heads ({c.ablation_windows} windows)"
+        label = f"ablate{'' if mode == 'zero' else f' ({mode})'} {c.ablation_fraction:g} of heads ({c.ablation_windows} windows)"
         return pd.read_parquet(self.section(label, directory, key, compute) / "ablation.parquet")
 
     def cost_layers(self) -> pd.DataFrame:
@@ -268,7 +271,9 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
             if corpus not in runs:
                 runs[corpus] = sections.analysis(corpus, smoothing=False)
         first = config.corpora[0]
-        ablation = sections.ablation(sections.out / f"analyze-{slug(first)}")
+        scores_dir = sections.out / f"analyze-{slug(first)}"
+        ablation = pd.concat([sections.ablation(scores_dir, "zero"), sections.ablation(scores_dir, "bos")],
+                             ignore_index=True)  # fmt: skip
         costs = sections.cost_layers()
         weights = sections.weights()
         model_verdicts, tables = judge_model(name, config, runs, ablation, costs, weights)
