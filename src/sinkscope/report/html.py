@@ -1,13 +1,18 @@
 """One self-contained HTML page for one or more runs (figures embedded as base64 PNG), compared side by side.
 
-The PNGs are also written to `figures/` so they can be pasted into a paper draft.
+Code builds the data (table cells as plain text, figures as PNG bytes); the Jinja2 template
+`templates/report.html.j2` builds the markup and escapes every text. The PNGs are also written to `figures/` so they
+can be pasted into a paper draft.
 """
 
 from __future__ import annotations
 
-import html
+import base64
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import pandas as pd
+from markupsafe import Markup
 
 from sinkscope.report import plots
 from sinkscope.report.smoothing_section import smoothing_section
@@ -15,8 +20,19 @@ from sinkscope.report.switch_section import switch_section
 from sinkscope.report.tokens_section import tokens_section
 from sinkscope.staging import staged_file
 
-if TYPE_CHECKING:
-    from sinkscope.run import Run
+
+class ReportedRun(Protocol):
+    """What the page reads of a run (`sinkscope.run.Run` is one); report/ never imports the run's I/O module."""
+
+    meta: dict
+    heads: pd.DataFrame
+    layers: pd.DataFrame
+    positions: pd.DataFrame
+    extra: dict[str, pd.DataFrame]
+
+    @property
+    def name(self) -> str: ...
+
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
@@ -30,29 +46,33 @@ figcaption{font-size:.85em;color:#566573} .note{color:#566573;font-size:.9em}
 
 
 def _text(value) -> str:
-    """A table cell's text: missing values show as an en dash, never as 'None' or 'nan'."""
-    return "–" if value is None or (isinstance(value, float) and value != value) else html.escape(str(value))
+    """A table cell's text: missing values show as an en dash, never as 'None' or 'nan' (the template escapes it)."""
+    return "–" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
-def run_label(run: Run, index: int) -> str:
+def run_label(run: ReportedRun, index: int) -> str:
     """'2: runs/gemma (gemma3-270m · builtin:prose)': the directory the run was read from, when known."""
     directory = run.meta.get("directory")
     return f"{index + 1}: {directory} ({run.name})" if directory else f"{index + 1}: {run.name}"
 
 
-def figure_label(run: Run) -> str:
+def figure_label(run: ReportedRun) -> str:
     """What every figure of a run says it shows: model, corpus and T."""
     return f"{run.meta['model'].get('name', '?')} · {run.meta['corpus'].get('source', '?')} · T={run.meta['corpus'].get('seq_len', '?')}"
 
 
-def _summary_table(runs: list[Run]) -> str:
-    header = ["run", "model", "corpus", "T", "windows", "sink rate", "mean sink", "mean diag", "MLP-like",
-              "head classes", "tokens/s"]
+SUMMARY_HEADER = ("run", "model", "corpus", "T", "windows", "sink rate", "mean sink", "mean diag", "MLP-like",
+                  "head classes", "tokens/s")  # fmt: skip
+
+
+def _summary_rows(runs: list[ReportedRun]) -> list[list[str]]:
+    """One row of cell texts per run, in the order of SUMMARY_HEADER."""
     rows = []
     for index, run in enumerate(runs):
         meta, summary = run.meta, run.meta["summary"]
         classes = ", ".join(f"{k} {v}" for k, v in sorted(summary["head_classes"].items(), key=lambda kv: -kv[1]))
-        cells = [
+        tokens_per_second = meta.get("timings", {}).get("tokens_per_second")
+        rows.append([
             _text(meta.get("directory") or index + 1),
             _text(meta["model"].get("name")),
             _text(meta["corpus"].get("source")),
@@ -63,14 +83,18 @@ def _summary_table(runs: list[Run]) -> str:
             f"{summary['mean_sink_score']:.3f}",
             f"{summary['mean_diag_score']:.3f}",
             f"{run.layers['mlp_like_frac'].mean():.3f}",
-            html.escape(classes),
-            _text(None if "tokens_per_second" not in meta.get("timings", {}) else f"{meta['timings']['tokens_per_second']:.0f}"),
-        ]
-        rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>")
-    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr>" + "".join(rows) + "</table>"
+            classes,
+            _text(None if tokens_per_second is None else f"{tokens_per_second:.0f}"),
+        ])  # fmt: skip
+    return rows
 
 
-def run_figures(run: Run) -> list[tuple[str, str, bytes]]:
+def _png(png: bytes, caption: str) -> dict[str, str]:
+    """A figure for the template: PNG inlined as base64 (the report stays one self-contained file) and caption."""
+    return {"data": base64.b64encode(png).decode(), "caption": caption}
+
+
+def run_figures(run: ReportedRun) -> list[tuple[str, str, bytes]]:
     """(file stem, caption, PNG) for every figure of one run."""
     return [
         ("sink_score", "Sink score α = mean_t A[t,0] per layer and head",
@@ -86,7 +110,7 @@ def run_figures(run: Run) -> list[tuple[str, str, bytes]]:
     ]
 
 
-def _extra_sections(run: Run) -> str:
+def _extra_sections(run: ReportedRun) -> str:
     """The sections a run has the tables for: secondary sinks, switches and geometry, oversmoothing."""
     meta = run.meta
     body = tokens_section(run.extra.get("tokens"), run.extra.get("token_layers"), meta["corpus"].get("bos_id"),
@@ -97,15 +121,17 @@ def _extra_sections(run: Run) -> str:
     return body
 
 
-def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -> Path:
-    """Write `path` (report.html) for `runs`; with `figures_dir`, also write each run's PNGs there."""
-    path = Path(path)
-    sections = []
+def render_report(runs: list[ReportedRun], figures_dir: Path | None = None) -> str:
+    """The page for `runs` as one HTML string; with `figures_dir` (one run only), also write its PNGs there."""
+    from jinja2 import Environment, PackageLoader
+
+    comparison = None
     if len(runs) > 1:
         named = [(run_label(run, i), run.layers) for i, run in enumerate(runs)]
         with plots.labelled(f"{len(runs)} runs, legend below"):
-            png = plots.figure_png(plots.compare_runs(named))
-        sections.append("<h2>Comparison</h2>" + plots.embed_png(png, "Sink rate and BOS cosine against relative depth"))
+            comparison = _png(plots.figure_png(plots.compare_runs(named)),
+                              "Sink rate and BOS cosine against relative depth")  # fmt: skip
+    pages = []
     for index, run in enumerate(runs):
         with plots.labelled(figure_label(run)):
             figures = run_figures(run)
@@ -114,30 +140,35 @@ def write_report(runs: list[Run], path: Path, figures_dir: Path | None = None) -
             figures_dir.mkdir(parents=True, exist_ok=True)
             for stem, _, png in figures:
                 (figures_dir / f"{stem}.png").write_bytes(png)
-        meta = run.meta
-        title = html.escape(f"Run {run_label(run, index)}")
-        versions = meta.get("versions", {})
-        details = html.escape(
+        meta, versions = run.meta, run.meta.get("versions", {})
+        details = (
             f"T={_text(meta['corpus'].get('seq_len'))}, windows={_text(meta['corpus'].get('windows'))}, "
             f"BOS id={_text(meta['corpus'].get('bos_id'))}, dtype={_text(meta['model'].get('dtype'))}, "
             f"sinkscope {_text(versions.get('sinkscope'))}, transformers {_text(versions.get('transformers'))}"
         )
-        body = "".join(plots.embed_png(png, caption) for _, caption, png in figures) + extras
-        sections.append(f"<h2>{title}</h2><p class='note'>{details}</p>{body}")
+        pages.append({
+            "title": f"Run {run_label(run, index)}",
+            "details": details,
+            "figures": [_png(png, caption) for _, caption, png in figures],
+            "sections": Markup(extras),  # built (and escaped) by the section modules
+        })  # fmt: skip
     if len(runs) == 1:
         heading = f"sinkscope report: {figure_label(runs[0])}"
     else:
-        heading = "sinkscope comparison: " + " vs ".join(
-            str(run.meta.get("directory") or run.name) for run in runs
-        )
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(heading)}</title>"
-        f"<style>{STYLE}</style></head><body><h1>{html.escape(heading)}</h1>"
-        "<p class='note'>Attention sinks, diagonal patterns and BOS geometry (definitions: docs/statistics.md). "
-        "Sink rate (Gu et al. 2025) = fraction of (window, layer, head) whose sink score exceeds ε; "
-        "'of mean' thresholds each head's sink score averaged over windows instead.</p>"
-        f"{_summary_table(runs)}{''.join(sections)}</body></html>"
-    )
+        heading = "sinkscope comparison: " + " vs ".join(str(run.meta.get("directory") or run.name) for run in runs)
+    # Escape every text: a `.j2` name is not one select_autoescape recognises, so autoescape is set explicitly.
+    env = Environment(loader=PackageLoader("sinkscope.report", "templates"), autoescape=True,
+                      trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    return env.get_template("report.html.j2").render(
+        heading=heading, style=Markup(STYLE), summary={"header": SUMMARY_HEADER, "rows": _summary_rows(runs)},
+        comparison=comparison, runs=pages,
+    )  # fmt: skip
+
+
+def write_report(runs: list[ReportedRun], path: Path, figures_dir: Path | None = None) -> Path:
+    """Write `path` (report.html) for `runs`; with `figures_dir`, also write each run's PNGs there."""
+    path = Path(path)
+    page = render_report(runs, figures_dir)
     with staged_file(path) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return path

@@ -1,6 +1,7 @@
-"""Figures of a run (matplotlib, Agg): heatmaps of head statistics, BOS geometry by depth, positional sinks.
+"""Figures of a run: heatmaps of head statistics, BOS geometry by depth, positional sinks.
 
-Each function takes the run's tables and returns a `Figure`; `figure_png` turns one into PNG bytes.
+Each function takes the run's tables and returns a `matplotlib.figure.Figure` built directly (no pyplot state, no
+backend switch at import: the caller's matplotlib setup is left alone); `figure_png` turns one into PNG bytes.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
 HEAD_CLASS_COLORS = {
     "sink": "#c0392b",
@@ -68,7 +66,6 @@ def figure_png(fig: Figure) -> bytes:
         if label:
             _stamp(fig, label)
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return buffer.getvalue()
 
 
@@ -86,11 +83,11 @@ def series_styles(n: int) -> list[dict]:
     """Colour and line style for `n` series, no two alike: tab10, then tab20, then a sampled colormap with
     alternating dash patterns."""
     if n <= 10:
-        colors = [plt.get_cmap("tab10")(i) for i in range(n)]
+        colors = [matplotlib.colormaps["tab10"](i) for i in range(n)]
     elif n <= 20:
-        colors = [plt.get_cmap("tab20")(i) for i in range(n)]
+        colors = [matplotlib.colormaps["tab20"](i) for i in range(n)]
     else:
-        colors = [plt.get_cmap("turbo")(x) for x in np.linspace(0.05, 0.95, n)]
+        colors = [matplotlib.colormaps["turbo"](x) for x in np.linspace(0.05, 0.95, n)]
     dashes = ["-", "--", ":", "-."]
     return [{"color": c, "linestyle": dashes[(i // 10) % 4] if n > 10 else "-"} for i, c in enumerate(colors)]
 
@@ -98,7 +95,8 @@ def series_styles(n: int) -> list[dict]:
 def head_heatmap(heads: pd.DataFrame, column: str, title: str, cmap: str = "magma") -> Figure:
     """Layer × head heatmap of one per-head column, values in [0, 1]."""
     grid = heads.pivot(index="layer", columns="head", values=column).to_numpy()
-    fig, ax = plt.subplots(figsize=(1.2 + 0.35 * grid.shape[1], 1.0 + 0.18 * grid.shape[0]))
+    fig = Figure(figsize=(1.2 + 0.35 * grid.shape[1], 1.0 + 0.18 * grid.shape[0]))
+    ax = fig.subplots()
     image = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
@@ -109,7 +107,8 @@ def head_heatmap(heads: pd.DataFrame, column: str, title: str, cmap: str = "magm
 
 def bos_geometry(layers: pd.DataFrame) -> Figure:
     """BOS cosine across depth for the attention input z and the residual h, and the BOS norm ratio."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig = Figure(figsize=(9, 3.2))
+    left, right = fig.subplots(1, 2)
     for kind, style in (("z", "-"), ("h", "--")):
         left.plot(layers["layer"], layers[f"bos_cos_mean_{kind}"], style, color="#2471a3", label=f"mean cos ({kind})")
         left.plot(layers["layer"], layers[f"bos_cos_max_{kind}"], style, color="#c0392b", label=f"max cos ({kind})")
@@ -131,7 +130,8 @@ def bos_geometry(layers: pd.DataFrame) -> Figure:
 
 def position_sinks(positions: pd.DataFrame) -> Figure:
     """Per-position sink rate (fraction of heads with α_k > ε), averaged over layers, and by layer."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig = Figure(figsize=(9, 3.2))
+    left, right = fig.subplots(1, 2)
     mean = positions.groupby("position")["sink_rate"].mean()
     left.plot(mean.index, mean.values, marker=".", ms=3)
     left.set_xscale("symlog", linthresh=1)
@@ -151,7 +151,8 @@ def position_sinks(positions: pd.DataFrame) -> Figure:
 def head_classes(heads: pd.DataFrame) -> Figure:
     """Head classes per layer, stacked."""
     counts = heads.groupby(["layer", "head_class"]).size().unstack(fill_value=0)
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    fig = Figure(figsize=(9, 2.8))
+    ax = fig.subplots()
     bottom = np.zeros(len(counts))
     for name, color in HEAD_CLASS_COLORS.items():
         if name in counts:
@@ -166,7 +167,8 @@ def head_classes(heads: pd.DataFrame) -> Figure:
 
 def compare_runs(named_layers: list[tuple[str, pd.DataFrame]]) -> Figure:
     """Several runs side by side against relative depth: sink rate and BOS cosine (z)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig = Figure(figsize=(9, 3.2))
+    left, right = fig.subplots(1, 2)
     for (name, layers), style in zip(named_layers, series_styles(len(named_layers))):
         depth = layers["layer"] / max(1, len(layers) - 1)
         left.plot(depth, layers["sink_rate"], marker=".", label=name, **style)

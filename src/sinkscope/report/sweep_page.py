@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -14,7 +13,8 @@ from sinkscope.report.plots import embed_png, figure_png
 
 
 def _panels(models: list[str]) -> tuple[Figure, list]:
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.2), squeeze=False, sharey=True)
+    fig = Figure(figsize=(4.2 * len(models), 3.2))
+    axes = fig.subplots(1, len(models), squeeze=False, sharey=True)
     for ax, model in zip(axes[0], models):
         ax.set_title(model, fontsize=10)
         ax.set_ylim(-0.02, 1.02)

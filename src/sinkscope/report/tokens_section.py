@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -30,7 +29,8 @@ def top_sink_tokens(tokens: pd.DataFrame, bos_id: int | None, min_count: int = M
 def depth_heatmap(top: pd.DataFrame, token_layers: pd.DataFrame) -> Figure:
     """Token × layer heatmap of `sink_frac` for the listed tokens."""
     grid = token_layers.pivot(index="token_id", columns="layer", values="sink_frac").reindex(top["token_id"])
-    fig, ax = plt.subplots(figsize=(1.5 + 0.25 * grid.shape[1], 0.9 + 0.28 * len(top)))
+    fig = Figure(figsize=(1.5 + 0.25 * grid.shape[1], 0.9 + 0.28 * len(top)))
+    ax = fig.subplots()
     image = ax.imshow(grid.to_numpy(), aspect="auto", cmap="magma", vmin=0, vmax=max(1e-3, np.nanmax(grid)),
                       interpolation="nearest")  # fmt: skip
     ax.set_yticks(range(len(top)), [repr(t) for t in top["token"]], fontsize=7)

@@ -1,0 +1,164 @@
+"""The package's layers, read from the source with `ast` (nothing is imported): no two modules import each other,
+`stats`/`theory` import no pipeline and never `transformers`, `report` imports no pipeline (docs/architecture.md).
+
+Every import statement counts: module level, inside functions and under `if TYPE_CHECKING:` (a type-only import
+still ties the two modules together, and it is what the cycles named in issue 10 were made of).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PIPELINES = ("analysis", "ablate", "smoothing", "cost_sweep", "sweep", "reproduction", "explorer")
+# Cycles inside packages other sessions are editing now; each test is marked xfail(strict=True), so it fails the
+# day the cycle is gone and the marker must go.
+KNOWN_CYCLES = {
+    "sinkscope.synthetic": "issue 14's files, fixed next",
+    "sinkscope.reproduction": "issue 15's files, fixed next",
+}
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is package) for every module under src/sinkscope."""
+    found = {}
+    for path in sorted((SRC / "sinkscope").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+@cache
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module -> the sinkscope modules it imports, module -> the top-level external packages it imports).
+
+    `from sinkscope.x import y` counts as importing `sinkscope.x.y` when that is a module, else `sinkscope.x`.
+    """
+    modules = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    internal: dict[str, set[str]] = {}
+    external: dict[str, set[str]] = {}
+    for name, (path, is_package) in modules.items():
+        package = name if is_package else name.rpartition(".")[0]
+        internal[name], external[name] = set(), set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative import: climb level-1 packages up from this module's package
+                    parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(parent + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target == "sinkscope" or target.startswith("sinkscope."):
+                    resolved = resolve(target)
+                    if resolved and resolved != name:
+                        internal[name].add(resolved)
+                else:
+                    external[name].add(target.split(".")[0])
+    return internal, external
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph[node]):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for child in graph[todo.pop()] - seen:
+            seen.add(child)
+            todo.append(child)
+    return seen
+
+
+def test_the_cycle_finder_and_the_parser_on_a_known_graph():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    internal, external = import_graph()
+    # Independent of the parser: run.py reads pandas and sinkscope.staging at module level.
+    assert {"sinkscope.staging", "sinkscope.errors"} <= internal["sinkscope.run"] and "pandas" in external["sinkscope.run"]
+    assert len(internal) == len(list((SRC / "sinkscope").rglob("*.py")))
+
+
+def test_no_import_cycles():
+    internal, _ = import_graph()
+    cycles = [c for c in import_cycles(internal) if not any(all(_within(m, p) for m in c) for p in KNOWN_CYCLES)]
+    assert cycles == [], f"modules that import each other (directly or through others): {cycles}"
+
+
+@pytest.mark.parametrize(
+    "package", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=why)) for p, why in KNOWN_CYCLES.items()]
+)
+def test_no_import_cycles_inside(package):
+    internal, _ = import_graph()
+    cycles = [c for c in import_cycles(internal) if all(_within(m, package) for m in c)]
+    assert cycles == [], f"modules of {package} that import each other: {cycles}"
+
+
+@pytest.mark.parametrize("layer", ["sinkscope.stats", "sinkscope.theory"])
+def test_stats_and_theory_import_no_pipeline_and_no_transformers(layer):
+    internal, external = import_graph()
+    for module in (m for m in internal if _within(m, layer)):
+        reached = _reachable(internal, module) | {module}
+        pipelines = sorted(m for m in reached if any(_within(m, f"sinkscope.{p}") for p in PIPELINES + ("cli",)))
+        assert pipelines == [], f"{module} imports pipeline modules {pipelines}"
+        with_transformers = sorted(m for m in reached if "transformers" in external[m])
+        assert with_transformers == [], f"{module} reaches transformers through {with_transformers}"
+
+
+def test_report_imports_no_pipeline():
+    internal, _ = import_graph()
+    for module in (m for m in internal if _within(m, "sinkscope.report")):
+        reached = sorted(
+            m for m in _reachable(internal, module) if any(_within(m, f"sinkscope.{p}") for p in PIPELINES + ("cli",))
+        )
+        assert reached == [], f"{module} imports pipeline modules {reached}"
