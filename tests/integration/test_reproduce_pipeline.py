@@ -6,7 +6,8 @@ import pytest
 
 from sinkscope.reproduction.claims import CLAIMS, VERDICTS
 from sinkscope.reproduction.config import ReproduceConfig
-from sinkscope.reproduction.run import KEY_FILE, reproduce
+from sinkscope.reproduction.files import KEY_FILE
+from sinkscope.reproduction.run import reproduce
 
 from .tiny_checkpoint import save_tiny_llama
 

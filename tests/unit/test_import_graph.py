@@ -19,7 +19,6 @@ PIPELINES = ("analysis", "ablate", "smoothing", "cost_sweep", "sweep", "reproduc
 # day the cycle is gone and the marker must go.
 KNOWN_CYCLES = {
     "sinkscope.synthetic": "issue 14's files, fixed next",
-    "sinkscope.reproduction": "issue 15's files, fixed next",
 }
 
 

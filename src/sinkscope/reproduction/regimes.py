@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.files import is_fresh, log, write_key
 
 UNAVAILABLE = "this installation has no bigram-backcopy regime map (`train-bb --grid regimes`): {error}"
 QUICK_REASON = ("--quick does not train the bigram-backcopy regime map (12 small models, minutes of CPU); run "
@@ -44,8 +45,6 @@ def cells_by_init(cells: pd.DataFrame) -> dict[str, tuple[dict, dict]]:
 
 def regime_runs(config: ReproduceConfig, out: Path) -> dict:
     """`{"inits": cells_by_init(...), "cells": table, "grid": ...}`, or `{"reason": why not measurable}`."""
-    from sinkscope.reproduction.run import is_fresh, log, write_key
-
     if config.regimes_from is not None:
         log(f"regimes: reading {config.regimes_from}")
         cells = pd.read_parquet(Path(config.regimes_from) / "regime_cells.parquet")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -28,38 +27,12 @@ import pandas as pd
 
 from sinkscope.reproduction.claims import Verdict
 from sinkscope.reproduction.config import ANCHOR_CORPORA, ReproduceConfig
-from sinkscope.reproduction.files import swapped_directory
-
-KEY_FILE = "reproduce-key.json"
-
-
-def log(message: str) -> None:
-    """One progress line on stderr (tqdm bars of the analyses appear between them)."""
-    print(f"[reproduce {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+from sinkscope.reproduction.files import KEY_FILE, is_fresh, log, swapped_directory, write_key
 
 
 def slug(corpus: str) -> str:
     """A directory-safe name for a corpus source: builtin:prose → builtin-prose."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in corpus).strip("-") or "corpus"
-
-
-def _normal(key: dict) -> dict:
-    return json.loads(json.dumps(key, sort_keys=True, default=str))
-
-
-def is_fresh(directory: Path, key: dict) -> bool:
-    """Whether `directory` holds a finished section computed with exactly these settings."""
-    stamp = directory / KEY_FILE
-    if not stamp.is_file():
-        return False
-    try:
-        return json.loads(stamp.read_text()) == _normal(key)
-    except (OSError, json.JSONDecodeError):
-        return False
-
-
-def write_key(directory: Path, key: dict) -> None:
-    (directory / KEY_FILE).write_text(json.dumps(_normal(key), indent=2, sort_keys=True))
 
 
 class ModelSections:
@@ -137,7 +110,7 @@ class ModelSections:
                                      n_random=c.random_draws, seed=c.seed, from_run=str(scores_run_dir))  # fmt: skip
         key = {"section": "ablate", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
                "windows": c.ablation_windows, "config": asdict(ablate_config) | {"from_run": "analysis"},
-               "scores": _normal(json.loads((scores_run_dir / KEY_FILE).read_text())), "dtype": c.dtype}  # fmt: skip
+               "scores": json.loads((scores_run_dir / KEY_FILE).read_text()), "dtype": c.dtype}  # fmt: skip
         directory = self.out / ("ablate" if mode == "zero" else f"ablate-{mode}")
 
         def compute(target: Path) -> None:
