@@ -52,7 +52,7 @@ def head_ablation(lm: LoadedModel, heads: Iterable[Head], mode: str = "zero") ->
 
     Hooks: a forward pre-hook on each affected layer's output projection (and, for `bos`, a forward hook on its
     value projection); all removed in `finally`, so the model is unchanged afterwards. Raises if a forward pass
-    ran but an affected layer was never reached.
+    of the base model ran but an affected layer was never reached (also when none of them was).
     """
     if mode not in MODES:
         raise SinkscopeError(f"ablation mode {mode!r} is not one of {', '.join(MODES)}")
@@ -69,6 +69,7 @@ def head_ablation(lm: LoadedModel, heads: Iterable[Head], mode: str = "zero") ->
     value_start = (layout.n_heads + layout.n_kv_heads) * dh if family.fused_qkv else 0
     first_values: dict[int, Tensor] = {}  # layer → v_0 of every kv head, (B, n_kv, dh)
     reached: set[int] = set()
+    passes: list[int] = []  # one entry per forward pass of the base model inside the block
     handles = []
 
     def value_hook(layer: int):
@@ -94,6 +95,7 @@ def head_ablation(lm: LoadedModel, heads: Iterable[Head], mode: str = "zero") ->
         return hook
 
     try:
+        handles.append(lm.base.register_forward_pre_hook(lambda _module, _args: passes.append(1)))
         for layer, layer_heads in by_layer.items():
             attn = attention_module(family, blocks[layer])
             if mode == "bos":
@@ -106,7 +108,7 @@ def head_ablation(lm: LoadedModel, heads: Iterable[Head], mode: str = "zero") ->
         for handle in handles:
             handle.remove()
     missing = sorted(set(by_layer) - reached)
-    if reached and missing:
+    if passes and missing:
         raise SinkscopeError(f"ablation hooks of layers {missing} were never reached during the forward pass")
 
 

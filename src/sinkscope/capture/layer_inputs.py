@@ -27,13 +27,14 @@ def layer_input_hooks(
     """Call `callback(layer, h, z)` for each requested layer during forward passes inside the block.
 
     Yields the set of layers reached so far (reset by the caller between passes if needed). On exit, hooks are
-    removed; if a forward pass ran but a requested layer was never reached, raises (a silent miss would give
-    empty statistics).
+    removed; if a forward pass of the base model ran but a requested layer was never reached, raises (a silent
+    miss would give empty statistics) — also when none of them was reached at all.
     """
     blocks = lm.layers
     wanted = range(len(blocks)) if layers is None else layers
     pending: dict[int, Tensor] = {}
     reached: set[int] = set()
+    passes: list[int] = []  # one entry per forward pass of the base model inside the block
     handles = []
 
     def block_pre_hook(index: int):
@@ -51,6 +52,7 @@ def layer_input_hooks(
         return hook
 
     try:
+        handles.append(lm.base.register_forward_pre_hook(lambda _module, _args: passes.append(1)))
         for index in wanted:
             if not 0 <= index < len(blocks):
                 raise SinkscopeError(f"layer {index} does not exist: the model has layers 0..{len(blocks) - 1}")
@@ -62,7 +64,7 @@ def layer_input_hooks(
         for handle in handles:
             handle.remove()
     missing = sorted(set(wanted) - reached)
-    if reached and missing:
+    if passes and missing:
         raise SinkscopeError(f"capture points of layers {missing} were never reached during the forward pass")
 
 
