@@ -7,8 +7,9 @@ activation would dominate the moments and it is not a "context token" of SPEC §
 - the *observed* curve of every head: the mean pairwise cosine of `X + A_λ Z W_V^h W_O^h` over a window's
   context tokens, with the real `Z` and `A_λ = (1-λ) I + λ U`, U causal uniform over the context tokens;
 - the same for the whole layer (all heads' maps summed), and two reference points: the cosine of X itself and
-  of `X + attention output` (the layer's real pattern and maps; a post-attention norm, as in Gemma, is not
-  applied, being outside the SPEC §5 block).
+  of `X + attention update` (the layer's real pattern and maps). Where the family has a post-attention norm
+  (Gemma 2/3) the update is that norm's real output: the observed curves scale each query by the norm's real
+  per-token scale, the predictions use its mean β (see `SmoothingCollector`).
 After the pass, μ and Σ give each head's pre-norm linearised map `W̃ = P diag(g) W / s_LN` (gain folded in,
 GQA aware), the traces `b = tr(ΣW̃)`, `c = tr(W̃ᵀΣW̃)`, the condition `2b + c > 0`, the peak `λ*` and the
 predicted curve (the causal closed form of `theory.oversmoothing` with a shared mean).
