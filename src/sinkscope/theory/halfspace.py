@@ -217,8 +217,9 @@ def layer_geometry(
     """Per-layer sink geometry on unit-normalised attention inputs (SPEC §3-4), one row per layer.
 
     samples: `{layer: (z0 (d,), contexts (N, d))}`, contexts pooled across windows (z_0 is the same in every
-    window). Both are unit-normalised here; N above `cap` is subsampled without replacement (seeded), so callers
-    should keep a reservoir of at most `GEOMETRY_SAMPLE_CAP` = 512 context rows per layer.
+    window). Both are unit-normalised here; N above `cap` is subsampled without replacement (seeded). `analyze`
+    passes its `geometry_cap` (`--geometry-cap`, default 256); `GEOMETRY_SAMPLE_CAP` = 512 is the default of
+    direct callers only.
     Columns: layer, gamma1, gamma2, sink_margin (γ1·γ2), sink_representable, h1, h2, context_rank,
     sink_span_distance, n_contexts. `on_layer(layer)` is called after each layer (for a progress display).
     """
