@@ -73,8 +73,9 @@ def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsil
     for stem, _, png in figures:
         (figures_dir / f"{stem}.png").write_bytes(png)
     shown = table.drop(columns=["cell"]).round(4)
+    models = html.escape(", ".join(dict.fromkeys(table["model"].map(str))))
     page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>sinkscope sweep</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>sinkscope sweep: {models}</title>"
         "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #d5d8dc;padding:.2em .5em}"
         "figure{display:inline-block;margin:.5em 0}img{max-width:100%}figcaption{font-size:.85em;color:#566573}"
@@ -83,7 +84,7 @@ def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsil
         "<code>sink_rate_of_mean</code> thresholds each head's window-mean α instead. Definitions: "
         "docs/statistics.md.</p>"
         + "".join(embed_png(png, caption) for _, caption, png in figures)
-        + shown.to_html(index=False, escape=True, border=0)
+        + "<div style='overflow-x:auto'>" + shown.to_html(index=False, escape=True, border=0) + "</div>"
         + f"<p>{html.escape(str(len(table)))} rows; the same table is sweep.csv / sweep.parquet.</p></body></html>"
     )
     tmp = path.with_name(f".{path.name}.tmp")
