@@ -92,15 +92,17 @@ def glob_escape(name: str) -> str:
 
 
 @contextmanager
-def claimed_output(directory: str | Path, overwrite: bool = False) -> Iterator[Path]:
+def claimed_output(directory: str | Path, overwrite: bool = False, resume: bool = False) -> Iterator[Path]:
     """Create result directory `directory` now and hold `.NAME.lock` beside it until the block ends.
 
     Raises a `SinkscopeError` before any work when the directory cannot be created or written, exists and may not
     be replaced, or another process holds its lock. If the block raises and the directory was created here and is
-    still empty, it is removed again.
+    still empty, it is removed again. `resume=True` (a grid filled run by run, whose caller checked what the folder
+    holds) skips the replace check and only takes the lock.
     """
     directory = Path(directory)
-    check_replaceable(directory, overwrite)
+    if not resume:
+        check_replaceable(directory, overwrite)
     clean_stale(directory)
     created = not directory.exists()
     try:

@@ -101,6 +101,11 @@ def test_train_bb_page_loads_cleanly_and_shows_the_summary(tmp_path, open_page):
     summary = json.loads((out / "summary.json").read_text())
     facts = assert_readable(open_page(out / "report.html"))
     assert f"{summary['loss']:.4g}" in facts["cells"] and str(summary["final_step"]) in facts["cells"]
+    page = open_page(out / "report.html").page
+    alts = page.eval_on_selector_all("figure img", "els => els.map(e => e.alt)")
+    captions = page.eval_on_selector_all("figcaption", "els => els.map(e => e.textContent)")
+    assert len(alts) == len(captions) == 7
+    assert all("T=16" in text and "1L×2H d=16" in text and "V=12 K=2" in text for text in alts + captions)
 
 
 

@@ -133,12 +133,51 @@ def _run_regimes(args: argparse.Namespace, overrides: dict[str, Any], seeds: tup
     return 0
 
 
+# Files a train-bb grid writes at its top level; a folder holding one of them (or a run folder) is resumed.
+GRID_FILES = ("summary.parquet", "timeline.parquet", "seeds.parquet", "regimes.json", "regimes.parquet",
+              "regime_cells.parquet")
+
+
+def _only_runs(folder: Path) -> bool:
+    """Whether `folder` is a run (summary.json) or holds only runs, folders of runs and hidden entries."""
+    if (folder / "summary.json").is_file():
+        return True
+    return all(p.is_dir() and _only_runs(p) for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def _check_resumable(out: Path) -> None:
+    """Refuse a grid into a non-empty `out` that no train-bb grid wrote (a grid resumes into its own folder)."""
+    from sinkscope.errors import SinkscopeError
+
+    if out.exists() and not out.is_dir():
+        raise SinkscopeError(f"--out {out} exists and is not a directory; choose another --out")
+    if not out.is_dir():
+        return
+    ours = any((out / name).is_file() for name in GRID_FILES) or _only_runs(out)
+    if not ours:
+        raise SinkscopeError(
+            f"--out {out} holds files that no train-bb grid wrote, so the grid will not write into it; "
+            "choose another --out or empty it yourself"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    from sinkscope.synthetic.experiments import load_grid, run_grid
-    from sinkscope.synthetic.train import RunConfig, train_bb
+    from sinkscope.staging import claimed_output
 
     overrides = _overrides(args)
     seeds = _seeds(args.seeds)
+    is_grid = bool(args.grid or seeds)
+    if is_grid:
+        _check_resumable(args.out)
+    # A single run claims --out like analyze does; a grid takes only the lock and resumes into its own folder.
+    with claimed_output(args.out, args.overwrite, resume=is_grid):
+        return _run(args, overrides, seeds)
+
+
+def _run(args: argparse.Namespace, overrides: dict[str, Any], seeds: tuple[int, ...] | None) -> int:
+    from sinkscope.synthetic.experiments import load_grid, run_grid
+    from sinkscope.synthetic.train import RunConfig, train_bb
+
     if args.grid == "regimes":
         return _run_regimes(args, overrides, seeds)
     base = RunConfig().with_overrides(overrides)
@@ -156,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{row.run}: copy head {row.pattern} ({row.agreement} seeds)  {spread}")
         print(f"wrote {args.out}/summary.parquet{', seeds.parquet' if seeds else ''} and one folder per run")
         return 0
-    summary = train_bb(base, args.out, overwrite=args.overwrite, log=not args.quiet)
+    summary = train_bb(base, args.out, overwrite=True, log=not args.quiet)  # --out was checked and claimed
     print(f"copy_acc {summary['copy_acc']:.3f}  excess_loss_noncopy {summary['excess_loss_noncopy']:.4f}  "
           f"heads: {summary['heads_line']}")
     print(f"wrote {args.out}/report.html")

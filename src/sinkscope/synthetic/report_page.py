@@ -8,15 +8,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the Agg backend)
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-
-from sinkscope.synthetic.bigram_backcopy import GBBBatch  # noqa: E402
-from sinkscope.synthetic.tiny_transformer import TinyTransformer  # noqa: E402
+from sinkscope.report.plots import _stamp  # the analyze report's settings line above each figure
+from sinkscope.synthetic.bigram_backcopy import GBBBatch
+from sinkscope.synthetic.tiny_transformer import TinyTransformer
 
 if TYPE_CHECKING:
     from sinkscope.synthetic.train import RunConfig
@@ -35,8 +33,23 @@ HEAD_CURVES = (
 )
 
 
-def _head_figure(metrics: pd.DataFrame, title: str, columns: list[tuple[str, str]], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+def settings_label(config: RunConfig) -> str:
+    """One line naming the model and task settings of a run and T (positions per sequence, BOS included)."""
+    m, t = config.model, config.task
+    return (f"gBB lab: {m.n_layers}L×{m.n_heads}H d={m.d_model} {m.attention} {m.positional} init={m.init}"
+            f"{'' if m.mlp else ' no-MLP'} · V={t.vocab_size} K={t.n_triggers} k={t.copy_offset} p_copy={t.p_copy}"
+            f"{'' if t.bos else ' no-BOS'} · T={t.length} · wd={config.train.weight_decay} seed {config.train.seed}")
+
+
+def _save(fig: Figure, label: str, path: Path) -> None:
+    fig.tight_layout()
+    _stamp(fig, label)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+
+
+def _head_figure(metrics: pd.DataFrame, title: str, columns: list[tuple[str, str]], path: Path, label: str) -> None:
+    fig = Figure(figsize=(7, 3.6))
+    ax = fig.subplots()
     for (layer, head), group in metrics.groupby(["layer", "head"]):
         for column, label in columns:
             if group[column].notna().any():
@@ -44,37 +57,45 @@ def _head_figure(metrics: pd.DataFrame, title: str, columns: list[tuple[str, str
     ax.set_xlabel("step")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, label, path)
 
 
-def _model_figure(metrics: pd.DataFrame, path: Path) -> None:
+# Excess losses at or below this are drawn at it on the log axis (sampling noise can make them ≤ 0).
+EXCESS_FLOOR = 1e-4
+
+
+def _model_figure(metrics: pd.DataFrame, path: Path, label: str) -> None:
+    """Loss against the Bayes optimum (linear, nats), excess loss on non-copy positions (log), copy accuracy."""
     per_step = metrics.drop_duplicates("step")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-    left.plot(per_step["step"], per_step["loss"], label="loss")
+    fig = Figure(figsize=(11, 3.4))
+    left, middle, right = fig.subplots(1, 3)
+    left.plot(per_step["step"], per_step["loss"], label="eval loss")
     left.plot(per_step["step"], per_step["bayes_loss"], "--", label="Bayes optimum")
-    left.plot(per_step["step"], per_step["excess_loss_noncopy"], label="excess loss (non-copy)")
-    left.set_yscale("symlog", linthresh=0.01)
-    left.legend(fontsize=8)
-    right.plot(per_step["step"], per_step["copy_acc"], label="copy accuracy")
+    left.set_ylabel("cross-entropy (nats/token)")
+    left.set_title("Loss", fontsize=10)
+    middle.plot(per_step["step"], per_step["excess_loss_noncopy"].clip(lower=EXCESS_FLOOR))
+    middle.set_yscale("log")
+    middle.set_ylabel("excess loss, non-copy (nats, log)")
+    middle.set_title(f"Loss above Bayes on non-copy positions (≤{EXCESS_FLOOR:g} drawn at it)", fontsize=9)
+    right.plot(per_step["step"], per_step["copy_acc"])
     right.set_ylim(0, 1.02)
-    right.legend(fontsize=8)
-    for ax in (left, right):
+    right.set_ylabel("copy accuracy")
+    right.set_title("Copy accuracy after triggers", fontsize=10)
+    left.legend(fontsize=8)
+    for ax in (left, middle, right):
         ax.set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, label, path)
 
 
 @torch.no_grad()
-def _attention_maps(model: TinyTransformer, batch: GBBBatch, path: Path, n_positions: int = 32) -> None:
+def _attention_maps(model: TinyTransformer, batch: GBBBatch, path: Path, label: str, n_positions: int = 32) -> None:
     """Final attention of every head on the eval sequence with the most copies; red crosses mark the sources."""
     model.eval()
     seq = int(batch.is_copy[:, :n_positions].sum(1).argmax())
     _, traces = model(batch.inputs[seq:seq + 1, :n_positions])
     n_layers, n_heads = len(traces), traces[0].probs.shape[1]
-    fig, axes = plt.subplots(n_layers, n_heads, figsize=(3.2 * n_heads, 3.0 * n_layers), squeeze=False)
+    fig = Figure(figsize=(max(3.2 * n_heads, 6.4), 3.0 * n_layers))
+    axes = fig.subplots(n_layers, n_heads, squeeze=False)
     copy_rows = torch.nonzero(batch.is_copy[seq, :n_positions]).flatten()
     copy_cols = batch.copy_key[seq, copy_rows]
     for layer, trace in enumerate(traces):
@@ -83,21 +104,25 @@ def _attention_maps(model: TinyTransformer, batch: GBBBatch, path: Path, n_posit
             ax.imshow(trace.probs[0, head].numpy(), cmap="viridis", vmin=0, vmax=1)
             ax.scatter(copy_cols, copy_rows, marker="x", s=12, color="red", linewidths=0.8)
             ax.set_title(f"layer {layer} head {head}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+            ax.set_xlabel("key position", fontsize=8)
+            ax.set_ylabel("query position", fontsize=8)
+    _save(fig, f"{label} · first {min(n_positions, batch.inputs.shape[1])} positions, × = copy source", path)
 
 
-def write_figures(metrics: pd.DataFrame, model: TinyTransformer, batch: GBBBatch, fig_dir: Path) -> list[Path]:
-    """All figures of a run into `fig_dir`; returns their paths in report order."""
+def write_figures(
+    metrics: pd.DataFrame, model: TinyTransformer, batch: GBBBatch, fig_dir: Path, config: RunConfig
+) -> list[Path]:
+    """All figures of a run into `fig_dir`, each stamped with `settings_label(config)`; returns their paths in
+    report order."""
+    label = settings_label(config)
     fig_dir.mkdir(parents=True, exist_ok=True)
     paths = [fig_dir / "losses.png"]
-    _model_figure(metrics, paths[0])
+    _model_figure(metrics, paths[0], label)
     for stem, title, columns in HEAD_CURVES:
         paths.append(fig_dir / f"{stem}.png")
-        _head_figure(metrics, title, columns, paths[-1])
+        _head_figure(metrics, title, columns, paths[-1], label)
     paths.append(fig_dir / "attention_maps.png")
-    _attention_maps(model, batch, paths[-1])
+    _attention_maps(model, batch, paths[-1], label)
     return paths
 
 
@@ -123,8 +148,10 @@ def write_report(path: Path, config: RunConfig, summary: dict[str, Any], figures
         "copy_head_wqk_nuc_over_fro", "copy_head_pred_nuclear",
         "first_step_copy_acc_0.9", "first_step_copy_head_bos_0.5", "first_step_copy_head_diag_0.5",
     )}
+    label = html.escape(settings_label(config))
     images = "".join(
-        f'<img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}" alt="{p.stem}"><br>'
+        f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}" '
+        f'alt="{p.stem} ({label})"><figcaption>{p.stem}: {label}</figcaption></figure>'
         for p in figures
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>sinkscope gBB lab run</title>

@@ -184,7 +184,7 @@ def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: boo
             metrics.to_parquet(tmp / "metrics.parquet", index=False)
             summary = summarize(metrics, config, seconds=time.perf_counter() - started)
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
-            figures = write_figures(metrics, model, eval_batch, tmp / "figures")
+            figures = write_figures(metrics, model, eval_batch, tmp / "figures", config)
             write_report(tmp / "report.html", config, summary, figures)
     finally:
         torch.set_num_threads(previous_threads)
