@@ -15,11 +15,6 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PIPELINES = ("analysis", "ablate", "smoothing", "cost_sweep", "sweep", "reproduction", "explorer")
-# Cycles inside packages other sessions are editing now; each test is marked xfail(strict=True), so it fails the
-# day the cycle is gone and the marker must go.
-KNOWN_CYCLES = {
-    "sinkscope.synthetic": "issue 14's files, fixed next",
-}
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -130,17 +125,8 @@ def test_the_cycle_finder_and_the_parser_on_a_known_graph():
 
 def test_no_import_cycles():
     internal, _ = import_graph()
-    cycles = [c for c in import_cycles(internal) if not any(all(_within(m, p) for m in c) for p in KNOWN_CYCLES)]
+    cycles = import_cycles(internal)
     assert cycles == [], f"modules that import each other (directly or through others): {cycles}"
-
-
-@pytest.mark.parametrize(
-    "package", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=why)) for p, why in KNOWN_CYCLES.items()]
-)
-def test_no_import_cycles_inside(package):
-    internal, _ = import_graph()
-    cycles = [c for c in import_cycles(internal) if all(_within(m, package) for m in c)]
-    assert cycles == [], f"modules of {package} that import each other: {cycles}"
 
 
 @pytest.mark.parametrize("layer", ["sinkscope.stats", "sinkscope.theory"])

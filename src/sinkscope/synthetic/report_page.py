@@ -17,7 +17,7 @@ from sinkscope.synthetic.bigram_backcopy import GBBBatch
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
 
 if TYPE_CHECKING:
-    from sinkscope.synthetic.train import RunConfig
+    from sinkscope.synthetic.config import RunConfig
 
 # (file stem, title, [(column, label)]) for the per-head curves; one line per head and column.
 HEAD_CURVES = (

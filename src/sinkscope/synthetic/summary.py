@@ -11,7 +11,7 @@ import pandas as pd
 from sinkscope.theory.cost_closed_forms import gbb_diagonal_nuclear, gbb_sink_cost
 
 if TYPE_CHECKING:
-    from sinkscope.synthetic.train import RunConfig
+    from sinkscope.synthetic.config import RunConfig
 
 # A head's pattern on non-trigger queries: "null" when its rows carry < NULL_MASS in total (learned sink logit,
 # ReLU), "gated" when its mean output gate is < NULL_MASS (sigmoid gate), else "sink"/"diagonal"/"previous" when
