@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     import sinkscope
-    from sinkscope.analysis import AnalyzeConfig, analyze
     from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
     lm = sinkscope.load_model(args.model)
     stream = sinkscope.windows("builtin:prose", lm.tokenizer, args.seq_len, args.windows, batch_size=args.windows)

@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     import sinkscope
-    from sinkscope.analysis import AnalyzeConfig, analyze
     from sinkscope.capture.attention import block_rows
     from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
     instrument()
     lm = sinkscope.load_model(args.model)

@@ -118,8 +118,8 @@ def heads_scores(heads) -> dict[str, list[list[float]]]:
 def make_job(method: str, lm, ids: Tensor, batch: int) -> tuple[Callable[[Tensor], dict], Callable[[], dict]]:
     """`(run, scores)`: `run(ids)` processes windows `ids` (N, T) and returns extra timings; `scores()` the
     per-head scores of the last `run` (empty for the floor)."""
-    from sinkscope.analysis import AnalyzeConfig, analyze
     from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
     last: dict = {}
 

@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_model": "sinkscope.models.load",
     "windows": "sinkscope.corpus.windows",
-    "analyze": "sinkscope.analysis",
-    "AnalyzeConfig": "sinkscope.analysis",
-    "Run": "sinkscope.run",
+    "analyze": "sinkscope.pipelines.analysis",
+    "AnalyzeConfig": "sinkscope.pipelines.analysis",
+    "Run": "sinkscope.pipelines.run",
     "SinkscopeError": "sinkscope.errors",
     "reproduce": "sinkscope.reproduction.run",
     "ReproduceConfig": "sinkscope.reproduction.config",

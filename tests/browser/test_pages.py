@@ -112,9 +112,9 @@ def test_train_bb_page_loads_cleanly_and_shows_the_summary(tmp_path, open_page):
 def test_every_figure_of_the_report_labels_its_axes_and_names_model_corpus_and_T(runs, tmp_path, monkeypatch):
     """Draw the report of the run (all its sections: tokens, switch, geometry, oversmoothing) and inspect every
     matplotlib figure before it becomes a PNG."""
+    from sinkscope.pipelines.run import Run
     from sinkscope.report import html as report_html
     from sinkscope.report import plots, smoothing_section, switch_section, tokens_section
-    from sinkscope.run import Run
 
     drawn, real = [], plots.figure_png
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from integration.tiny_checkpoint import save_tiny_llama, write_corpus
+from sinkscope.pipelines.sweep import SweepConfig, sweep
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.run import reproduce
-from sinkscope.sweep import SweepConfig, sweep
 
 pytestmark = pytest.mark.browser
 

@@ -12,7 +12,11 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.pytorch_utils import Conv1D
 
-from sinkscope.ablate import (
+from sinkscope.capture.layer_inputs import layer_inputs
+from sinkscope.errors import SinkscopeError
+from sinkscope.models.families import family_for
+from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.ablate import (
     ablate,
     ablation_curve,
     count_for_fraction,
@@ -22,10 +26,6 @@ from sinkscope.ablate import (
     parse_heads,
     random_heads,
 )
-from sinkscope.capture.layer_inputs import layer_inputs
-from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import family_for
-from sinkscope.models.load import LoadedModel
 
 VOCAB, BOS = 64, 0
 
@@ -201,14 +201,14 @@ def test_ablation_curve_has_random_baseline():
     ],
 )
 def test_config_rejects_bad_input_before_model_work(kwargs, message):
-    from sinkscope.ablate import AblateConfig
+    from sinkscope.pipelines.ablate import AblateConfig
 
     with pytest.raises(SinkscopeError, match=message):
         AblateConfig(**kwargs)
 
 
 def test_scores_from_run_reads_heads_parquet(tmp_path):
-    from sinkscope.ablate import scores_from_run
+    from sinkscope.pipelines.ablate import scores_from_run
 
     with pytest.raises(SinkscopeError, match="no heads.parquet"):
         scores_from_run(tmp_path)

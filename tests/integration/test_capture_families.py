@@ -20,10 +20,10 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from sinkscope.analysis import AnalyzeConfig, analyze
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import family_for, input_norm_module, value_output_maps
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
 V, T = 96, 12
 COMMON = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
@@ -136,7 +136,7 @@ def test_eager_and_sdpa_models_give_the_same_numbers():
 
 
 def test_run_roundtrip_and_report(tmp_path):
-    from sinkscope.run import Run
+    from sinkscope.pipelines.run import Run
 
     run = analyze(build("gpt2"), TokenWindows(token_windows(4)), progress=False)
     run.save(tmp_path / "run")
@@ -227,7 +227,7 @@ def test_resumed_run_keeps_the_census(tmp_path, monkeypatch):
     whole = analyze(lm, TokenWindows(ids, batch_size=2), config, progress=False)
     # Interrupted after 4 windows: keep the checkpoint a completed run would remove, then resume the whole corpus.
     with monkeypatch.context() as patch:
-        patch.setattr("sinkscope.analysis.shutil.rmtree", lambda *args, **kwargs: None)
+        patch.setattr("sinkscope.pipelines.analysis.shutil.rmtree", lambda *args, **kwargs: None)
         analyze(lm, TokenWindows(ids[:4], batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",
                 checkpoint_every=2)
     resumed = analyze(lm, TokenWindows(ids, batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",

@@ -11,10 +11,10 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 import sinkscope.capture.attention as attention
-from sinkscope.analysis import AnalyzeConfig, analyze
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
 from .test_capture_families import COMMON, T, build, census_reference, reference, token_windows
 

@@ -98,9 +98,9 @@ def test_overwrite_replaces_a_run(tiny, tmp_path, capsys, no_report):
 
 def interrupt_after_checkpoints(monkeypatch, n: int) -> None:
     """Ctrl-C right after the n-th checkpoint is saved."""
-    import sinkscope.analysis
+    import sinkscope.pipelines.analysis
 
-    real, calls = sinkscope.analysis.save_checkpoint, []
+    real, calls = sinkscope.pipelines.analysis.save_checkpoint, []
 
     def save_then_interrupt(*args, **kwargs):
         real(*args, **kwargs)
@@ -108,7 +108,7 @@ def interrupt_after_checkpoints(monkeypatch, n: int) -> None:
         if len(calls) == n:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(sinkscope.analysis, "save_checkpoint", save_then_interrupt)
+    monkeypatch.setattr(sinkscope.pipelines.analysis, "save_checkpoint", save_then_interrupt)
 
 
 def test_ctrl_c_names_the_checkpoint_and_resume_with_other_arguments_is_refused(

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 import torch
 
-from sinkscope.analysis import analyze
 from sinkscope.capture.collector import StatsCollector
-from sinkscope.checkpoint import save_checkpoint
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel, load_model
+from sinkscope.pipelines.analysis import analyze
+from sinkscope.pipelines.checkpoint import save_checkpoint
 
 from .tiny_checkpoint import save_tiny_llama, write_corpus
 

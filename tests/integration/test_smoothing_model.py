@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from sinkscope.capture.layer_inputs import layer_inputs
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
-from sinkscope.smoothing import LAMBDAS, smoothing_analysis
+from sinkscope.pipelines.smoothing import LAMBDAS, smoothing_analysis
 from sinkscope.theory import oversmoothing as th
 
 N_HEADS, N_KV, HEAD_DIM, D = 4, 2, 8, 32
@@ -101,8 +101,8 @@ def test_table_shapes(tiny):
 def test_add_smoothing_merges_into_a_run(tiny):
     import pandas as pd
 
-    from sinkscope.run import Run
-    from sinkscope.smoothing import add_smoothing
+    from sinkscope.pipelines.run import Run
+    from sinkscope.pipelines.smoothing import add_smoothing
 
     lm, ids, (heads, layers, _) = tiny
     run = Run(
@@ -123,8 +123,8 @@ def test_add_smoothing_merges_into_a_run(tiny):
 def test_smoothing_in_the_capture_pass_equals_its_own_pass(tiny):
     """analyze(smoothing=True) shares the forward pass that sinkscope's attention function computes; the tables
     must equal those of a separate plain pass (where the model's own eager attention runs)."""
-    from sinkscope.analysis import AnalyzeConfig, analyze
     from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
     lm, ids, (heads, layers, _) = tiny
     run = analyze(lm, TokenWindows(ids, batch_size=3), AnalyzeConfig(geometry_cap=0), progress=False, smoothing=True)

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from sinkscope.analysis import AnalyzeConfig, analyze
 from sinkscope.cli.main import main
 from sinkscope.corpus.windows import windows
 from sinkscope.errors import SinkscopeError
-from sinkscope.export import export_tables
 from sinkscope.models.load import load_model
-from sinkscope.sweep import SweepConfig, sweep
+from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
+from sinkscope.pipelines.export import export_tables
+from sinkscope.pipelines.sweep import SweepConfig, sweep
 
 from .tiny_checkpoint import save_tiny_llama, write_corpus
 

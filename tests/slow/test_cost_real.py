@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sinkscope.corpus.windows import windows
-from sinkscope.cost_sweep import CostSweepConfig, model_embeddings
 from sinkscope.models.load import embedded_installed, load_model
+from sinkscope.pipelines.cost_sweep import CostSweepConfig, model_embeddings
 from sinkscope.theory.cost import pattern_cost
 
 pytestmark = pytest.mark.slow

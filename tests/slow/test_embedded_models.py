@@ -5,9 +5,9 @@ import time
 import pytest
 import torch
 
-from sinkscope.analysis import analyze
 from sinkscope.corpus.windows import windows
 from sinkscope.models.load import load_model
+from sinkscope.pipelines.analysis import analyze
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def test_second_load_of_smollm2_reads_the_safetensors_cache():
 def test_smollm2_sink_census_matches_full_attention_maps():
     """Gu et al.'s per-window sink rates, per-position rates and the key-token table on a real model, against
     loops over plain `output_attentions` maps (4 windows, T = 64)."""
-    from sinkscope.analysis import AnalyzeConfig
+    from sinkscope.pipelines.analysis import AnalyzeConfig
 
     lm = load_model("smollm2-135m")
     stream = windows("builtin:prose", lm.tokenizer, seq_len=64, max_windows=4, batch_size=2)

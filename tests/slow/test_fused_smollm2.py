@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import sinkscope.capture.attention as attention
-from sinkscope.analysis import AnalyzeConfig, analyze
 from sinkscope.corpus.windows import windows
 from sinkscope.models.load import load_model
+from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 from sinkscope.capture.layer_inputs import layer_inputs
 from sinkscope.corpus.windows import windows
 from sinkscope.models.load import embedded_installed, load_model
-from sinkscope.smoothing import smoothing_analysis
+from sinkscope.pipelines.smoothing import smoothing_analysis
 from sinkscope.theory.oversmoothing import interpolated_attention
 
 pytestmark = pytest.mark.slow

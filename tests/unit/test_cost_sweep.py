@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sinkscope.cli import cost as cost_cli
-from sinkscope.cost_sweep import (
+from sinkscope.errors import SinkscopeError
+from sinkscope.pipelines.cost_sweep import (
     COLUMNS,
     CostSweepConfig,
     cost_rows,
@@ -17,7 +18,6 @@ from sinkscope.cost_sweep import (
     run_cost_sweep,
     synthetic_embeddings,
 )
-from sinkscope.errors import SinkscopeError
 
 
 @pytest.mark.parametrize("family", ["orthonormal", "gaussian", "shared_mean", "anti_aligned", "low_rank"])

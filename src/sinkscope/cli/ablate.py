@@ -61,12 +61,12 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sinkscope.ablate import AblateConfig, curve_summary, run_ablation, save_ablation
-    from sinkscope.analysis import check_seq_len
     from sinkscope.cli.analyze import check_arguments
     from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
+    from sinkscope.pipelines.ablate import AblateConfig, curve_summary, run_ablation, save_ablation
+    from sinkscope.pipelines.analysis import check_seq_len
     from sinkscope.staging import claimed_output
 
     config = AblateConfig(

@@ -89,8 +89,8 @@ def resume_command(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sinkscope.analysis import AnalyzeConfig
     from sinkscope.corpus.sources import check_source
+    from sinkscope.pipelines.analysis import AnalyzeConfig
     from sinkscope.staging import claimed_output
 
     out = Path(args.out)
@@ -120,9 +120,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
-    from sinkscope.analysis import analyze, check_seq_len
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
+    from sinkscope.pipelines.analysis import analyze, check_seq_len
 
     rank, world = init_distributed(args.device)
     if world > 1 and args.device != "cpu":
@@ -146,7 +146,7 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
         return 0
     if args.smoothing:
         if not smoothing_in_pass:
-            from sinkscope.smoothing import add_smoothing
+            from sinkscope.pipelines.smoothing import add_smoothing
 
             stream.shard, stream.skip = (0, 1), 0  # its sums do not merge: a second pass on rank 0 alone
             add_smoothing(result, lm, stream)

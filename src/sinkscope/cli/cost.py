@@ -76,7 +76,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sinkscope.cost_sweep import CostSweepConfig, fit_exponents, run_cost_sweep
+    from sinkscope.pipelines.cost_sweep import CostSweepConfig, fit_exponents, run_cost_sweep
     from sinkscope.staging import claimed_output
 
     families = args.family or (("model",) if args.model else ("orthonormal", "gaussian"))

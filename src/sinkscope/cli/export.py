@@ -24,7 +24,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sinkscope.export import export_tables
+    from sinkscope.pipelines.export import export_tables
 
     written = export_tables(args.run, args.format, args.out)
     print(f"wrote {len(written)} tables to {written[0].parent}: {', '.join(p.name for p in written)}")

@@ -24,8 +24,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from sinkscope.pipelines.run import Run
     from sinkscope.report.html import write_report
-    from sinkscope.run import Run
     from sinkscope.staging import check_file_target
 
     first = Path(args.runs[0])

@@ -45,7 +45,7 @@ def split(text: str, convert: type, option: str) -> tuple:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sinkscope.sweep import SweepConfig, sweep
+    from sinkscope.pipelines.sweep import SweepConfig, sweep
 
     config = SweepConfig(
         models=split(args.models, str, "--models"), corpora=split(args.corpora, str, "--corpora"),

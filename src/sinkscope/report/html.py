@@ -22,7 +22,7 @@ from sinkscope.staging import staged_file
 
 
 class ReportedRun(Protocol):
-    """What the page reads of a run (`sinkscope.run.Run` is one); report/ never imports the run's I/O module."""
+    """What the page reads of a run (`sinkscope.pipelines.run.Run` is one); report/ never imports the run's I/O module."""
 
     meta: dict
     heads: pd.DataFrame

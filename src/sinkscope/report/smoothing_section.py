@@ -3,7 +3,7 @@
 Figures (matplotlib Agg, embedded as base64 PNG): predicted vs observed λ-curves for a few heads, the fraction
 of heads per layer with `2b + c > 0` beside the fraction whose observed cosine rises, a scatter of predicted vs
 observed Δcos = cos(λ=1) - cos(λ=0), and the whole-layer curve ends beside the layer's real attention. Input:
-the three tables of `sinkscope.smoothing.smoothing_analysis`; missing tables or columns are noted, not fatal.
+the three tables of `sinkscope.pipelines.smoothing.smoothing_analysis`; missing tables or columns are noted, not fatal.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def corpus_verdicts(model: str, corpus: str, run) -> list[c.Verdict]:
 
 
 def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame) -> list[c.Verdict]:
-    """Sink-like and dormant head sets against the random sets of the same size (`sinkscope.ablate` curve)."""
+    """Sink-like and dormant head sets against the random sets of the same size (`sinkscope.pipelines.ablate` curve)."""
     out = []
     for claim, selection, mode in (("sink_ablation", "highest-hard-sink", "zero"),
                                    ("sink_ablation_bos", "highest-hard-sink", "bos"),

@@ -69,8 +69,8 @@ class ModelSections:
 
     def analysis(self, corpus: str, smoothing: bool):
         """An analyze run of `corpus` (SPEC §2-§5), reused when its settings match; returns the `Run`."""
-        from sinkscope.analysis import AnalyzeConfig
-        from sinkscope.run import Run
+        from sinkscope.pipelines.analysis import AnalyzeConfig
+        from sinkscope.pipelines.run import Run
 
         c = self.config
         n_windows = c.windows if smoothing else c.anchor_windows
@@ -81,15 +81,15 @@ class ModelSections:
         directory = self.out / f"analyze-{slug(corpus)}"
 
         def compute(target: Path) -> None:
-            from sinkscope.analysis import analyze
             from sinkscope.corpus.windows import windows
+            from sinkscope.pipelines.analysis import analyze
 
             lm = self.lm
             stream = windows(corpus, lm.tokenizer, c.seq_len, n_windows, seed=c.seed)
             every_layer = smoothing and c.smoothing_layer_stride == 1
             run = analyze(lm, stream, analyze_config, progress=True, smoothing=every_layer)
             if smoothing and not every_layer:  # a second pass over the windows, for every stride-th layer only
-                from sinkscope.smoothing import merge_smoothing, smoothing_analysis
+                from sinkscope.pipelines.smoothing import merge_smoothing, smoothing_analysis
 
                 layers = list(range(0, len(lm.layers), c.smoothing_layer_stride))
                 merge_smoothing(run, smoothing_analysis(lm, stream, layers=layers))
@@ -102,7 +102,7 @@ class ModelSections:
         """Heads vs random heads of the same number, ablated: `zero` (outputs set to 0) for the sink-like (highest
         hard-sink fraction) and dormant (lowest AHON-LN) sets; `bos` (all attention moved to BOS, output v_0)
         for the sink-like set."""
-        from sinkscope.ablate import AblateConfig
+        from sinkscope.pipelines.ablate import AblateConfig
 
         c = self.config
         selections = ("highest-hard-sink", "lowest-ahon-ln") if mode == "zero" else ("highest-hard-sink",)
@@ -114,8 +114,8 @@ class ModelSections:
         directory = self.out / ("ablate" if mode == "zero" else f"ablate-{mode}")
 
         def compute(target: Path) -> None:
-            from sinkscope.ablate import run_ablation, save_ablation
             from sinkscope.corpus.windows import windows
+            from sinkscope.pipelines.ablate import run_ablation, save_ablation
 
             lm = self.lm
             stream = windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed)
@@ -194,7 +194,7 @@ def cost_theory(config: ReproduceConfig, out: Path) -> pd.DataFrame:
     if is_fresh(directory, key):
         log(f"theory: cost closed forms: reusing {directory}")
         return pd.read_parquet(directory / "cost_theory.parquet")
-    from sinkscope.cost_sweep import synthetic_embeddings
+    from sinkscope.pipelines.cost_sweep import synthetic_embeddings
     from sinkscope.theory.cost import pattern_cost
     from sinkscope.theory.cost_closed_forms import orthonormal_cost
 

@@ -120,9 +120,9 @@ def sweep(config: SweepConfig, out: str | Path, *, progress: bool = True, echo: 
           ) -> pd.DataFrame:  # fmt: skip
     """Run every missing cell of `config` into `out/cells/`, then write `out/sweep.parquet`, `out/sweep.csv`,
     `out/figures/*.png` and `out/report.html`; returns the tidy table. `echo` gets one line per cell."""
-    from sinkscope.analysis import AnalyzeConfig, analyze, check_seq_len
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze, check_seq_len
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "cells").is_dir())):

@@ -20,13 +20,13 @@ import torch
 from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.collector import StatsCollector
 from sinkscope.capture.layer_inputs import layer_input_hooks
-from sinkscope.checkpoint import load_checkpoint, save_checkpoint
 from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.checkpoint import load_checkpoint, save_checkpoint
+from sinkscope.pipelines.run import Run
 from sinkscope.provenance import package_versions
-from sinkscope.run import Run
 from sinkscope.stats.patterns import finalize_pattern_scores, head_class
 from sinkscope.stats.switch import finalize_switch
 
@@ -86,7 +86,7 @@ def analyze(
     `windows.shard`) and the accumulators are all-reduced, so every rank returns the result of the whole corpus.
     With `checkpoint_dir` and `checkpoint_every` N, the streaming state is saved every N windows (per rank);
     `resume` continues from it. The checkpoint directory is removed once the run completes.
-    `smoothing` also computes the SPEC §5 tables (`sinkscope.smoothing`) in the same forward passes; their sums
+    `smoothing` also computes the SPEC §5 tables (`sinkscope.pipelines.smoothing`) in the same forward passes; their sums
     are neither all-reduced nor checkpointed, so it needs a single process and a run that is not resumed.
     """
     from tqdm.auto import tqdm
@@ -109,7 +109,7 @@ def analyze(
         raise SinkscopeError("smoothing in the capture pass needs one process and a fresh run; use add_smoothing")
     smoother = None
     if smoothing:
-        from sinkscope.smoothing import SmoothingCollector
+        from sinkscope.pipelines.smoothing import SmoothingCollector
 
         smoother = SmoothingCollector(lm)
     attention = {index: attention_module(lm.family, block) for index, block in enumerate(blocks)}
@@ -156,7 +156,7 @@ def analyze(
     run = Run(meta=meta, heads=heads, layers=layers, positions=positions,
               extra={"tokens": tokens, "token_layers": token_layers})
     if smoother is not None:
-        from sinkscope.smoothing import merge_smoothing
+        from sinkscope.pipelines.smoothing import merge_smoothing
 
         merge_smoothing(run, smoother.tables())
     if checkpoint_dir is not None and Path(checkpoint_dir).is_dir():
