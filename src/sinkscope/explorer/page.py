@@ -1,6 +1,7 @@
 """`sinkscope.view`: one text's attention as a self-contained HTML page (no network, works from file://).
 
-Code builds the data, the Jinja2 template (`templates/view.html.j2`) builds the markup and holds the inline JS.
+Code builds the data; the template `view.html.j2` of the one page builder (`sinkscope.report.page`) builds the
+markup and holds the inline JS.
 Per head the page shows the SPEC §2 scores and head class of `sinkscope.stats.patterns` (same thresholds as
 `analyze`) computed from the full-precision maps of this one text; per layer the BOS geometry of SPEC §4
 (`sinkscope.stats.geometry`) and the MLP-like fraction of SPEC §3; the maps themselves are embedded quantised
@@ -23,6 +24,7 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
 from sinkscope.models.load import LoadedModel
+from sinkscope.report.page import render_page
 from sinkscope.stats.geometry import bos_cosine, bos_norm_ratio
 from sinkscope.stats.patterns import (
     HEAD_CLASS_THRESHOLDS,
@@ -166,13 +168,9 @@ def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: floa
 def render(data: dict, maps: str) -> str:
     """The page: the template with `data` as JSON (`data["quant"]["offsets"]` locating each head's stream in
     `maps`) and the quantised maps as base64."""
-    from jinja2 import Environment, PackageLoader
-
-    # Escape everything (a `.j2` name is not one select_autoescape recognises): token texts are arbitrary.
-    env = Environment(loader=PackageLoader("sinkscope.explorer", "templates"), autoescape=True)
-    # JSON inside <script> must not contain "</" (it would end the element); "<\/" parses to the same string.
+    # The builder escapes every text (token texts are arbitrary). JSON inside <script> must not contain "</" (it would end the element); "<\/" parses to the same string.
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    return env.get_template("view.html.j2").render(data=data, data_json=payload, maps=maps)
+    return render_page("view.html.j2", data=data, data_json=payload, maps=maps)
 
 
 def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float, bits: int) -> list[str]:

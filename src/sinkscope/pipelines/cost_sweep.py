@@ -25,14 +25,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.provenance import package_versions
 from sinkscope.staging import check_replaceable, staged_directory
 from sinkscope.theory.cost import InfeasiblePatternError, ProblemTooLargeError, pattern_cost
-from sinkscope.theory.cost_closed_forms import NORMS, PATTERNS, kappa_for_mass, orthonormal_cost
+from sinkscope.theory.cost_closed_forms import COST_NORMS, PATTERNS, kappa_for_mass, orthonormal_cost
 
-FAMILIES = ("orthonormal", "gaussian", "shared_mean", "anti_aligned", "low_rank", "model")
+# The families of attention inputs Z a sweep draws from (not the model families of `sinkscope.models.families`).
+INPUT_FAMILIES = ("orthonormal", "gaussian", "shared_mean", "anti_aligned", "low_rank", "model")
 COLUMNS = (
     "T", "d", "family", "layer", "seed", "pattern", "norm", "causal", "kappa", "delta",
     "cost", "rank", "reduced_dim", "solver", "status", "seconds", "closed_form",
@@ -43,7 +45,7 @@ COLUMNS = (
 class CostSweepConfig:
     """What to sweep. Margins: `kappas`, or `deltas` (κ = log(T(1-δ)/δ) per T, SPEC §6) when given.
 
-    families: names from FAMILIES; rho parameterises shared_mean/anti_aligned, rank low_rank.
+    families: names from INPUT_FAMILIES; rho parameterises shared_mean/anti_aligned, rank low_rank.
     seeds: random draws (synthetic) or windows (model) per setting. model/layers/corpus: the `model` family
     (layers None = every layer); normalize: unit-normalise the model's z like the synthetic families.
     """
@@ -66,9 +68,9 @@ class CostSweepConfig:
     normalize: bool = True
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.families) - set(FAMILIES))
+        unknown = sorted(set(self.families) - set(INPUT_FAMILIES))
         if unknown or not self.families:
-            raise SinkscopeError(f"--family {','.join(unknown) or '(none)'}: choose from {', '.join(FAMILIES)}")
+            raise SinkscopeError(f"--family {','.join(unknown) or '(none)'}: choose from {', '.join(INPUT_FAMILIES)}")
         if not self.Ts or min(self.Ts) < 1:
             raise SinkscopeError(f"--T {self.Ts}: give context lengths >= 1, e.g. --T 4,8,16,32")
         if not self.ds or min(self.ds) < 1:
@@ -78,8 +80,8 @@ class CostSweepConfig:
         for delta in self.deltas:
             if not 0 < delta < 1 or kappa_for_mass(min(self.Ts), delta) <= 0:
                 raise SinkscopeError(f"--delta {delta}: need 0 < delta < T/(T+1) for every T (else kappa <= 0)")
-        if set(self.norms) - set(NORMS) or set(self.patterns) - set(PATTERNS):
-            raise SinkscopeError(f"--norm {self.norms}: choose from {', '.join(NORMS)}")
+        if set(self.norms) - set(COST_NORMS) or set(self.patterns) - set(PATTERNS):
+            raise SinkscopeError(f"--norm {self.norms}: choose from {', '.join(COST_NORMS)}")
         if self.seeds < 1:
             raise SinkscopeError(f"--seeds {self.seeds} must be at least 1")
         if not 0 < self.rho < 1:
@@ -131,7 +133,7 @@ def synthetic_embeddings(family: str, T: int, d: int, seed: int, rho: float = 0.
             raise SinkscopeError(f"low_rank:{rank} needs d >= {rank}, got d={d}")
         subspace = np.linalg.qr(rng.normal(size=(d, rank)))[0].T  # (rank, d) orthonormal rows
         return _unit_rows(rng.normal(size=(T + 1, rank)) @ subspace)
-    raise SinkscopeError(f"unknown synthetic family {family!r}; choose from {', '.join(FAMILIES[:-1])}")
+    raise SinkscopeError(f"unknown synthetic family {family!r}; choose from {', '.join(INPUT_FAMILIES[:-1])}")
 
 
 def model_embeddings(config: CostSweepConfig, T: int) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -308,19 +310,17 @@ def _paired(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_figures(frame: pd.DataFrame, directory: Path) -> list[Path]:
-    """cost_vs_T.png, ratio.png and regime_map.png (when both patterns were swept) into directory."""
-    import matplotlib
+    """cost_vs_T.png, ratio.png and regime_map.png (when both patterns were swept) into directory.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    Each figure is a `matplotlib.figure.Figure` built directly: no pyplot state, the caller's backend left alone."""
     directory.mkdir(parents=True, exist_ok=True)
-    written = [_plot_cost_vs_T(frame, directory / "cost_vs_T.png", plt)]
+    figures = [("cost_vs_T.png", cost_vs_T_figure(frame))]
     paired = _paired(frame)
     if len(paired):
-        written.append(_plot_ratio(paired, directory / "ratio.png", plt))
-        written.append(_plot_regime_map(paired, directory / "regime_map.png", plt))
-    return written
+        figures += [("ratio.png", ratio_figure(paired)), ("regime_map.png", regime_map_figure(paired))]
+    for name, fig in figures:
+        fig.savefig(directory / name, dpi=120)
+    return [directory / name for name, _ in figures]
 
 
 def _first_margin(frame: pd.DataFrame) -> pd.DataFrame:
@@ -328,11 +328,12 @@ def _first_margin(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["margin"] == frame["margin"].iloc[0]] if len(frame) else frame
 
 
-def _plot_cost_vs_T(frame: pd.DataFrame, path: Path, plt) -> Path:
+def cost_vs_T_figure(frame: pd.DataFrame) -> Figure:
     """Log-log median cost vs T per family (its largest d; layers pooled by median), exponents in the legend."""
     frame = _first_margin(_with_keys(frame[np.isfinite(frame["cost"])]))
     families = list(dict.fromkeys(frame["family"]))
-    fig, axes = plt.subplots(1, max(len(families), 1), figsize=(4.5 * max(len(families), 1), 3.8), squeeze=False)
+    fig = Figure(figsize=(4.5 * max(len(families), 1), 3.8))
+    axes = fig.subplots(1, max(len(families), 1), squeeze=False)
     for ax, family in zip(axes[0], families):
         sub = frame[frame["family"] == family]
         sub = sub[sub["dim"] == sub["dim"].max()]
@@ -345,14 +346,13 @@ def _plot_cost_vs_T(frame: pd.DataFrame, path: Path, plt) -> Path:
                title=f"{family} (d={sub['dim'].max()})" if family != "orthonormal" else family)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def _plot_ratio(paired: pd.DataFrame, path: Path, plt) -> Path:
+def ratio_figure(paired: pd.DataFrame) -> Figure:
     """Median diagonal/sink cost ratio vs T per family and norm (largest d); above 1 the sink is cheaper."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     finite = _first_margin(paired[np.isfinite(paired["ratio"])])
     for (family, norm), group in finite.groupby(["family", "norm"]):
         group = group[group["dim"] == group["dim"].max()]
@@ -362,19 +362,18 @@ def _plot_ratio(paired: pd.DataFrame, path: Path, plt) -> Path:
     ax.set(xscale="log", xlabel="T (contexts)", ylabel="diagonal cost / sink cost", title="diagonal / sink")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def _plot_regime_map(paired: pd.DataFrame, path: Path, plt) -> Path:
+def regime_map_figure(paired: pd.DataFrame) -> Figure:
     """Per family and norm: a (d or layer) × T grid shaded by the majority regime over seeds, median ratio printed."""
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
     paired = _first_margin(paired)
     panels = list(paired.groupby(["family", "norm"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(panels), 3.8))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     cmap = ListedColormap([colour for _, colour in REGIMES])
     for ax, ((family, norm), group) in zip(axes[0], panels):
         rows_key = "layer" if family.startswith("model:") else "dim"
@@ -394,6 +393,4 @@ def _plot_regime_map(paired: pd.DataFrame, path: Path, plt) -> Path:
     fig.legend(handles=[Patch(color=c, label=label) for label, c in REGIMES], loc="lower center", ncol=3,
                fontsize=8)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

@@ -1,13 +1,12 @@
 """One self-contained HTML page for one or more runs (figures embedded as base64 PNG), compared side by side.
 
-Code builds the data (table cells as plain text, figures as PNG bytes); the Jinja2 template
-`templates/report.html.j2` builds the markup and escapes every text. The PNGs are also written to `figures/` so they
-can be pasted into a paper draft.
+Code builds the data (table cells as plain text, figures as PNG bytes); the template `templates/report.html.j2`,
+rendered by the one page builder (`sinkscope.report.page`), builds the markup and escapes every text. The PNGs are
+also written to `figures/` so they can be pasted into a paper draft.
 """
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Protocol
 
@@ -15,10 +14,10 @@ import pandas as pd
 from markupsafe import Markup
 
 from sinkscope.report import plots
+from sinkscope.report.page import cell_text, png_figure, render_page, write_page
 from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
 from sinkscope.report.tokens_section import tokens_section
-from sinkscope.staging import staged_file
 
 
 class ReportedRun(Protocol):
@@ -32,22 +31,6 @@ class ReportedRun(Protocol):
 
     @property
     def name(self) -> str: ...
-
-
-STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
- color:#1b2631;line-height:1.45;padding:0 1em}
-h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #d5d8dc;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;font-size:.9em;margin:1em 0;display:block;max-width:100%;overflow-x:auto} td,th{border:1px solid #d5d8dc;padding:.3em .6em}
-th{background:#f4f6f7;text-align:left} td.num{text-align:right;font-variant-numeric:tabular-nums}
-figure{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top} img{max-width:100%}
-figcaption{font-size:.85em;color:#566573} .note{color:#566573;font-size:.9em}
-"""
-
-
-def _text(value) -> str:
-    """A table cell's text: missing values show as an en dash, never as 'None' or 'nan' (the template escapes it)."""
-    return "–" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def run_label(run: ReportedRun, index: int) -> str:
@@ -73,25 +56,20 @@ def _summary_rows(runs: list[ReportedRun]) -> list[list[str]]:
         classes = ", ".join(f"{k} {v}" for k, v in sorted(summary["head_classes"].items(), key=lambda kv: -kv[1]))
         tokens_per_second = meta.get("timings", {}).get("tokens_per_second")
         rows.append([
-            _text(meta.get("directory") or index + 1),
-            _text(meta["model"].get("name")),
-            _text(meta["corpus"].get("source")),
-            _text(meta["corpus"].get("seq_len")),
-            _text(meta["corpus"].get("windows")),
+            cell_text(meta.get("directory") or index + 1),
+            cell_text(meta["model"].get("name")),
+            cell_text(meta["corpus"].get("source")),
+            cell_text(meta["corpus"].get("seq_len")),
+            cell_text(meta["corpus"].get("windows")),
             f"{summary['sink_rate']:.3f} (ε={summary['epsilon']})"
             + (f"; of mean {summary['sink_rate_of_mean']:.3f}" if "sink_rate_of_mean" in summary else ""),
             f"{summary['mean_sink_score']:.3f}",
             f"{summary['mean_diag_score']:.3f}",
             f"{run.layers['mlp_like_frac'].mean():.3f}",
             classes,
-            _text(None if tokens_per_second is None else f"{tokens_per_second:.0f}"),
+            cell_text(None if tokens_per_second is None else f"{tokens_per_second:.0f}"),
         ])  # fmt: skip
     return rows
-
-
-def _png(png: bytes, caption: str) -> dict[str, str]:
-    """A figure for the template: PNG inlined as base64 (the report stays one self-contained file) and caption."""
-    return {"data": base64.b64encode(png).decode(), "caption": caption}
 
 
 def run_figures(run: ReportedRun) -> list[tuple[str, str, bytes]]:
@@ -121,16 +99,15 @@ def _extra_sections(run: ReportedRun) -> str:
     return body
 
 
-def render_report(runs: list[ReportedRun], figures_dir: Path | None = None) -> str:
-    """The page for `runs` as one HTML string; with `figures_dir` (one run only), also write its PNGs there."""
-    from jinja2 import Environment, PackageLoader
-
+def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> dict:
+    """What `templates/report.html.j2` shows for `runs`; with `figures_dir` (one run only), also write its PNGs
+    there."""
     comparison = None
     if len(runs) > 1:
         named = [(run_label(run, i), run.layers) for i, run in enumerate(runs)]
         with plots.labelled(f"{len(runs)} runs, legend below"):
-            comparison = _png(plots.figure_png(plots.compare_runs(named)),
-                              "Sink rate and BOS cosine against relative depth")  # fmt: skip
+            comparison = png_figure(plots.figure_png(plots.compare_runs(named)),
+                                    "Sink rate and BOS cosine against relative depth")  # fmt: skip
     pages = []
     for index, run in enumerate(runs):
         with plots.labelled(figure_label(run)):
@@ -142,33 +119,29 @@ def render_report(runs: list[ReportedRun], figures_dir: Path | None = None) -> s
                 (figures_dir / f"{stem}.png").write_bytes(png)
         meta, versions = run.meta, run.meta.get("versions", {})
         details = (
-            f"T={_text(meta['corpus'].get('seq_len'))}, windows={_text(meta['corpus'].get('windows'))}, "
-            f"BOS id={_text(meta['corpus'].get('bos_id'))}, dtype={_text(meta['model'].get('dtype'))}, "
-            f"sinkscope {_text(versions.get('sinkscope'))}, transformers {_text(versions.get('transformers'))}"
+            f"T={cell_text(meta['corpus'].get('seq_len'))}, windows={cell_text(meta['corpus'].get('windows'))}, "
+            f"BOS id={cell_text(meta['corpus'].get('bos_id'))}, dtype={cell_text(meta['model'].get('dtype'))}, "
+            f"sinkscope {cell_text(versions.get('sinkscope'))}, transformers {cell_text(versions.get('transformers'))}"
         )
         pages.append({
             "title": f"Run {run_label(run, index)}",
             "details": details,
-            "figures": [_png(png, caption) for _, caption, png in figures],
+            "figures": [png_figure(png, caption) for _, caption, png in figures],
             "sections": Markup(extras),  # built (and escaped) by the section modules
         })  # fmt: skip
     if len(runs) == 1:
         heading = f"sinkscope report: {figure_label(runs[0])}"
     else:
         heading = "sinkscope comparison: " + " vs ".join(str(run.meta.get("directory") or run.name) for run in runs)
-    # Escape every text: a `.j2` name is not one select_autoescape recognises, so autoescape is set explicitly.
-    env = Environment(loader=PackageLoader("sinkscope.report", "templates"), autoescape=True,
-                      trim_blocks=True, lstrip_blocks=True)  # fmt: skip
-    return env.get_template("report.html.j2").render(
-        heading=heading, style=Markup(STYLE), summary={"header": SUMMARY_HEADER, "rows": _summary_rows(runs)},
-        comparison=comparison, runs=pages,
-    )  # fmt: skip
+    return {"heading": heading, "summary": {"header": SUMMARY_HEADER, "rows": _summary_rows(runs)},
+            "comparison": comparison, "runs": pages}  # fmt: skip
+
+
+def render_report(runs: list[ReportedRun], figures_dir: Path | None = None) -> str:
+    """The page for `runs` as one HTML string; with `figures_dir` (one run only), also write its PNGs there."""
+    return render_page("report.html.j2", **report_context(runs, figures_dir))
 
 
 def write_report(runs: list[ReportedRun], path: Path, figures_dir: Path | None = None) -> Path:
     """Write `path` (report.html) for `runs`; with `figures_dir`, also write each run's PNGs there."""
-    path = Path(path)
-    page = render_report(runs, figures_dir)
-    with staged_file(path) as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return path
+    return write_page(Path(path), "report.html.j2", **report_context(runs, figures_dir))

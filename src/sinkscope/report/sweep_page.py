@@ -3,13 +3,13 @@ line per corpus, so natural text, random tokens and repeated tokens sit side by 
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import embed_png, figure_png
+from sinkscope.report.page import cell_text, png_figure, write_page
+from sinkscope.report.plots import figure_png
 
 
 def _panels(models: list[str]) -> tuple[Figure, list]:
@@ -62,7 +62,8 @@ def sink_rate_vs_seq_len(table: pd.DataFrame, epsilon: float) -> Figure:
 
 
 def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsilon: float) -> Path:
-    """`report.html` of a sweep (figures inlined, the tidy table below) and its PNGs in `figures_dir`."""
+    """`report.html` of a sweep (`templates/sweep.html.j2`: figures inlined, the tidy table below) and its PNGs in
+    `figures_dir`."""
     figures_dir.mkdir(parents=True, exist_ok=True)
     figures = [
         ("sink_rate_vs_epsilon", "Sink rate (Gu et al.: threshold per window) against ε",
@@ -73,21 +74,10 @@ def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsil
     for stem, _, png in figures:
         (figures_dir / f"{stem}.png").write_bytes(png)
     shown = table.drop(columns=["cell"]).round(4)
-    models = html.escape(", ".join(dict.fromkeys(table["model"].map(str))))
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>sinkscope sweep: {models}</title>"
-        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;font-size:.85em}td,th{border:1px solid #d5d8dc;padding:.2em .5em}"
-        "figure{display:inline-block;margin:.5em 0}img{max-width:100%}figcaption{font-size:.85em;color:#566573}"
-        "</style></head><body><h1>sinkscope sweep</h1>"
-        "<p>Sink rate = fraction of (window, layer, head) whose sink score α exceeds ε (Gu et al. 2025); "
-        "<code>sink_rate_of_mean</code> thresholds each head's window-mean α instead. Definitions: "
-        "docs/statistics.md.</p>"
-        + "".join(embed_png(png, caption) for _, caption, png in figures)
-        + "<div style='overflow-x:auto'>" + shown.to_html(index=False, escape=True, border=0) + "</div>"
-        + f"<p>{html.escape(str(len(table)))} rows; the same table is sweep.csv / sweep.parquet.</p></body></html>"
-    )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_page(
+        path, "sweep.html.j2",
+        models=", ".join(dict.fromkeys(table["model"].map(str))),
+        figures=[png_figure(png, caption) for _, caption, png in figures],
+        header=[str(column) for column in shown.columns],
+        rows=[[cell_text(value) for value in row] for row in shown.itertuples(index=False)],
+    )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Figures of the reproduction report, one per section; each takes evidence tables and returns a `Figure`."""
+"""Figures of the reproduction report, one per section; each takes evidence tables and returns a
+`matplotlib.figure.Figure` built directly (no pyplot state, no backend switch)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from matplotlib.figure import Figure
 from sinkscope.reproduction.claims import GEOMETRY, middle_layers
 
 
-def _axes(n: int, width: float = 4.6, height: float = 3.2):
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, max(n, 1), figsize=(width * max(n, 1), height), squeeze=False)
-    return fig, axes[0]
+def _axes(n: int, width: float = 4.6, height: float = 3.2) -> tuple[Figure, list]:
+    """A figure of `n` panels side by side (at least one), `width` × `height` inches each."""
+    fig = Figure(figsize=(width * max(n, 1), height))
+    return fig, list(fig.subplots(1, max(n, 1), squeeze=False)[0])
 
 
 def geometry_figure(evidence: dict[str, dict]) -> Figure:
@@ -96,10 +96,8 @@ def weights_figure(evidence: dict[str, dict]) -> Figure:
     """Per model: distributions of W_QK's effective rank and BOS key gain, sink heads vs the others."""
     columns = [("qk_effective_rank", "W_QK effective rank"), ("qk_bos_gain", "W_QK gain on z_0 (key side)"),
                ("vo_bos_gain", "W_VO gain on z_0 (input side)")]  # fmt: skip
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(evidence), len(columns), figsize=(3.6 * len(columns), 2.8 * len(evidence)),
-                             squeeze=False)  # fmt: skip
+    fig = Figure(figsize=(3.6 * len(columns), 2.8 * len(evidence)))
+    axes = fig.subplots(len(evidence), len(columns), squeeze=False)
     for row, (model, tables) in zip(axes, evidence.items()):
         weights = tables["weights"]
         for ax, (column, label) in zip(row, columns):

@@ -1,6 +1,7 @@
 """report.html, report.md, verdicts.json, tables/*.csv and figures/*.png of a reproduction.
 
-The code builds data (sections, verdict rows, figures); the two Jinja2 templates in `templates/` build markup.
+The code builds data (sections, verdict rows, figures); the templates `reproduce.html.j2` and `reproduce.md.j2` of
+the one page builder (`sinkscope.report.page`) build the markup.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sinkscope.report.page import render_page
 from sinkscope.reproduction.claims import CLAIMS
 from sinkscope.reproduction.files import swapped_directory
 
@@ -132,8 +134,6 @@ def write_tables(
 
 def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: pd.DataFrame, regimes: dict) -> None:
     """Write verdicts.json, tables/, figures/, report.md and report.html into `out`."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
-
     with swapped_directory(out / "tables") as staging:
         table_names = write_tables(staging, evidence, theory, regimes.get("cells"))
     figures = _figures(evidence, theory)
@@ -142,8 +142,6 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
             (staging / f"{name}.png").write_bytes(png)
     (out / "verdicts.json").write_text(json.dumps(summary["verdicts"], indent=2, ensure_ascii=False))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
-    env = Environment(loader=PackageLoader("sinkscope.reproduction", "templates"),
-                      autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)  # fmt: skip
     context = {
         "summary": summary,
         "sections": section_data(summary),
@@ -152,5 +150,5 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
         "regime_reason": regimes.get("reason", ""),
         "n_reused": sum(len(labels) for labels in summary["reused"].values()),
     }
-    for name in ("report.md", "report.html"):
-        (out / name).write_text(env.get_template(f"{name}.j2").render(**context), encoding="utf-8")
+    for name, template in (("report.md", "reproduce.md.j2"), ("report.html", "reproduce.html.j2")):
+        (out / name).write_text(render_page(template, **context), encoding="utf-8")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +10,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from sinkscope.report.page import cell_text, png_figure, render_page
 from sinkscope.report.plots import _stamp  # the analyze report's settings line above each figure
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
@@ -126,46 +125,28 @@ def write_figures(
     return paths
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]]) -> dict[str, list] | None:
+    """Header and cell texts of `rows` (one dict per row, same keys): floats to 4 significant digits, None as –."""
     if not rows:
-        return ""
-    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
-    body = "".join(
-        "<tr>" + "".join(
-            f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{'–' if v is None else html.escape(str(v))}</td>"
-            for v in row.values()
-        ) + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+        return None
+    return {"header": [str(k) for k in rows[0]],
+            "rows": [[f"{v:.4g}" if isinstance(v, float) else cell_text(v) for v in row.values()] for row in rows]}
 
 
 def write_report(path: Path, config: RunConfig, summary: dict[str, Any], figures: list[Path]) -> None:
-    """A single HTML page: headline numbers, final heads, cost predictions, figures, config."""
-    from sinkscope.report.html import STYLE  # the analyze report's look
+    """A single HTML page (`report/templates/train_bb.html.j2`): headline numbers, final heads, cost predictions,
+    figures, config."""
     headline = {k: summary[k] for k in (
         "final_step", "seconds", "loss", "bayes_loss", "excess_loss_noncopy", "copy_acc",
         "copy_head_wqk_nuc_over_fro", "copy_head_pred_nuclear",
         "first_step_copy_acc_0.9", "first_step_copy_head_bos_0.5", "first_step_copy_head_diag_0.5",
     )}
-    label = html.escape(settings_label(config))
-    images = "".join(
-        f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}" '
-        f'alt="{p.stem} ({label})"><figcaption>{p.stem}: {label}</figcaption></figure>'
-        for p in figures
-    )
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>sinkscope gBB lab run</title>
-<style>{STYLE}pre{{font-size:11px;background:#f6f6f6;overflow-x:auto}}</style></head><body>
-<h1>gBB lab run</h1>
-<p>Every head's pattern on non-trigger queries (off = fraction of them switched off; docs/experiments.md):
-<b>{html.escape(summary["heads_line"])}</b>.<br>
-Copy head: layer {summary["copy_head"]["layer"]}, head {summary["copy_head"]["head"]}
-({html.escape(summary["copy_head"]["pattern"])}); dominant switch head: layer {summary["switch_head"]["layer"]},
-head {summary["switch_head"]["head"]} ({html.escape(summary["switch_head"]["pattern"])}).</p>
-<h2>Headline</h2>{_table([headline])}
-<h2>Final heads</h2>{_table(summary["heads"])}
-<h2>Cost predictions (per unit margin, orthonormal embeddings; docs/experiments.md)</h2>{_table([summary["predictions"]])}
-<h2>Curves</h2>{images}
-<h2>Config</h2><pre>{html.escape(json.dumps(config.to_dict(), indent=2))}</pre>
-</body></html>"""
+    label = settings_label(config)
+    page = render_page(
+        "train_bb.html.j2", summary=summary,
+        tables={"headline": _table([headline]), "heads": _table(summary["heads"]),
+                "predictions": _table([summary["predictions"]])},
+        figures=[png_figure(p.read_bytes(), f"{p.stem}: {label}", alt=f"{p.stem} ({label})") for p in figures],
+        config=json.dumps(config.to_dict(), indent=2),
+    )  # fmt: skip
     path.write_text(page, encoding="utf-8")
