@@ -38,16 +38,18 @@ def instrument() -> None:
     """Replace the functions sinkscope calls by name with timed versions."""
     import torch.nn.functional as F
 
-    from sinkscope.capture import attention, collector
+    from sinkscope.capture import attention, feed
+    from sinkscope.statistics import bos_geometry, switch_counts
 
     F.scaled_dot_product_attention = timed("sdpa", F.scaled_dot_product_attention)
     attention.blocked_attention = timed("blocked_attention", attention.blocked_attention)
     attention.fused_attention = timed("fused_attention", attention.fused_attention)
     attention._flash = timed("flash", attention._flash)
-    for name in ("pattern_block_sums", "pattern_row_sums", "switch_block_sums", "bos_geometry_sums", "value_drain"):
-        setattr(collector, name, timed(name, getattr(collector, name)))
-    for name in ("on_block", "on_layer", "_end_layer", "on_values", "on_layer_input", "end_batch"):
-        setattr(collector.StatsCollector, name, timed(name, getattr(collector.StatsCollector, name)))
+    for module, name in [(feed, "pattern_block_sums"), (feed, "pattern_row_sums"), (switch_counts, "switch_block_sums"),
+                         (bos_geometry, "bos_geometry_sums"), (switch_counts, "value_drain")]:  # fmt: skip
+        setattr(module, name, timed(name, getattr(module, name)))
+    for name in ("on_block", "on_layer", "_fold_columns", "on_values", "on_layer_input", "end_batch"):
+        setattr(feed.Feed, name, timed(name, getattr(feed.Feed, name)))
 
 
 def split(total: float) -> list[tuple[str, float, int]]:
@@ -63,7 +65,7 @@ def split(total: float) -> list[tuple[str, float, int]]:
         ("fused path: A[t,0], A[t,t], A[t,t-1], entropy sum, norms", s["fused_attention"] - s["flash"],
          n["fused_attention"]),
         ("on_layer (row sums, per-window columns)", s["on_layer"] - switch_in_layer, n["on_layer"]),
-        ("  of which _end_layer (thresholds, key-token table)", s["_end_layer"], n["_end_layer"]),
+        ("  of which _fold_columns (per-window thresholds, key-token table)", s["_fold_columns"], n["_fold_columns"]),
         (
             "blocked path: attention core (logits, softmax, entropy, P·V)",
             s["blocked_attention"] - s["on_block"],

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sinkscope.capture.collector import StatsCollector
+from sinkscope.capture.feed import Feed
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import family_for
@@ -85,7 +85,7 @@ def test_resume_refuses_a_different_analysis(tiny, tmp_path):
     analyze(lm, stream, progress=False, checkpoint_dir=tmp_path / "ck", checkpoint_every=2)
     assert not (tmp_path / "ck").exists()  # a completed run removes its checkpoints
     (tmp_path / "ck").mkdir()
-    save_checkpoint(StatsCollector(2, 4, 2, 12, 0.1, 0.1), tmp_path / "ck", 0, {"something": "else"})
+    save_checkpoint(Feed([], 12), tmp_path / "ck", 0, {"something": "else"})
     with pytest.raises(SinkscopeError, match="different analysis"):
         analyze(lm, TokenWindows(ids), progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
 

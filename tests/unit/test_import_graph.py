@@ -147,3 +147,15 @@ def test_report_imports_no_pipeline():
             m for m in _reachable(internal, module) if any(_within(m, f"sinkscope.{p}") for p in PIPELINES + ("cli",))
         )
         assert reached == [], f"{module} imports pipeline modules {reached}"
+
+
+def test_statistics_import_no_pipeline_and_no_capture():
+    """The streaming statistics sit below the feed that drives them: they never reach capture/, a pipeline or the CLI."""
+    internal, _ = import_graph()
+    assert any(_within(m, "sinkscope.statistics") for m in internal)
+    for module in (m for m in internal if _within(m, "sinkscope.statistics")):
+        above = sorted(
+            m for m in _reachable(internal, module)
+            if any(_within(m, f"sinkscope.{p}") for p in PIPELINES + ("cli", "capture"))
+        )  # fmt: skip
+        assert above == [], f"{module} imports {above}"

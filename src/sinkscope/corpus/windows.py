@@ -29,9 +29,8 @@ class Windows:
     """A re-iterable stream of BOS-prefixed windows of `seq_len` token ids.
 
     Iterating yields `LongTensor[B, seq_len]` batches; `count` is the number of windows of the corpus the last
-    complete iteration went through (the stream is lazy, so it is known only afterwards). For data parallelism,
-    `shard = (rank, world)` yields only windows whose index is `rank` modulo `world`; to resume, `skip` drops
-    the first `skip` windows of this shard (they were analysed before).
+    complete iteration went through (the stream is lazy, so it is known only afterwards). `batches(shard, skip)`
+    iterates one data-parallel shard, or resumes.
     """
 
     source: str
@@ -41,8 +40,6 @@ class Windows:
     bos_id: int | None = None
     batch_size: int = 8
     seed: int = 0
-    shard: tuple[int, int] = (0, 1)
-    skip: int = 0
     count: int = 0
 
     def __post_init__(self) -> None:
@@ -57,8 +54,13 @@ class Windows:
         check_source(self.source)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
+        return self.batches()
+
+    def batches(self, shard: tuple[int, int] = (0, 1), skip: int = 0) -> Iterator[torch.Tensor]:
+        """Batches of the windows whose index is `rank` modulo `world` (`shard = (rank, world)`), after the first
+        `skip` of them (analysed before a resume)."""
         self.count = 0
-        rank, world = self.shard
+        rank, world = shard
         mine = 0
         batch: list[torch.Tensor] = []
         for window in self._windows():
@@ -66,7 +68,7 @@ class Windows:
             self.count += 1
             if index % world == rank:
                 mine += 1
-                if mine > self.skip:
+                if mine > skip:
                     batch.append(window)
             if len(batch) == self.batch_size:
                 yield torch.stack(batch)
@@ -149,8 +151,6 @@ class TokenWindows:
     ids: torch.Tensor
     batch_size: int = 8
     source: str = "tensor"
-    shard: tuple[int, int] = (0, 1)
-    skip: int = 0
 
     def __post_init__(self) -> None:
         if self.ids.dim() != 2 or self.ids.shape[1] < 2 or self.ids.shape[0] < 1:
@@ -170,8 +170,12 @@ class TokenWindows:
         return self.ids.shape[0]
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        rank, world = self.shard
-        yield from self.ids[rank::world][self.skip :].split(self.batch_size)
+        return self.batches()
+
+    def batches(self, shard: tuple[int, int] = (0, 1), skip: int = 0) -> Iterator[torch.Tensor]:
+        """As `Windows.batches`: one shard's windows, after the first `skip`."""
+        rank, world = shard
+        yield from self.ids[rank::world][skip:].split(self.batch_size)
 
     def identity(self) -> dict:
         return {"source": self.source, "seq_len": self.seq_len, "windows": self.count, "bos_id": int(self.ids[0, 0])}

@@ -1,4 +1,4 @@
-"""Checkpoints of a long analysis: the collector's streaming state every N windows, so `--resume` continues.
+"""Checkpoints of a long analysis: the feed's streaming state every N windows, so `--resume` continues.
 
 One safetensors file per data-parallel rank, with a JSON fingerprint of what was being computed (model,
 corpus, T, thresholds, world size); resuming a different computation is refused rather than silently mixed.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sinkscope.capture.collector import StatsCollector
+from sinkscope.capture.feed import Feed
 from sinkscope.errors import SinkscopeError
 
 
@@ -19,7 +19,7 @@ def checkpoint_file(directory: Path, rank: int) -> Path:
     return Path(directory) / f"rank{rank}.safetensors"
 
 
-def save_checkpoint(collector: StatsCollector, directory: Path, rank: int, fingerprint: dict) -> None:
+def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> None:
     """Write this rank's state atomically (temp file, then rename)."""
     from safetensors.torch import save_file
 
@@ -27,12 +27,12 @@ def save_checkpoint(collector: StatsCollector, directory: Path, rank: int, finge
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_file(directory, rank)
     tmp = path.with_name(path.name + ".tmp")
-    state = {name: tensor.contiguous() for name, tensor in collector.state().items()}
+    state = {name: tensor.contiguous() for name, tensor in feed.state_dict().items()}
     save_file(state, str(tmp), metadata={"fingerprint": json.dumps(fingerprint, sort_keys=True, default=str)})
     tmp.replace(path)
 
 
-def load_checkpoint(collector: StatsCollector, directory: Path, rank: int, fingerprint: dict) -> int:
+def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> int:
     """Restore this rank's state; returns the number of this rank's windows already analysed (0 if none)."""
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -48,8 +48,8 @@ def load_checkpoint(collector: StatsCollector, directory: Path, rank: int, finge
             f"checkpoint {path} belongs to a different analysis ({'; '.join(_differences(saved, expected))}); "
             "resume with the arguments of the interrupted run, or rerun without --resume"
         )
-    collector.load_state(load_file(str(path)))
-    return collector.windows
+    feed.load_state_dict(load_file(str(path)))
+    return feed.windows
 
 
 def _differences(saved: dict, expected: dict, prefix: str = "") -> list[str]:

@@ -1,8 +1,9 @@
 """Sink-rate sweeps across models × corpora × window lengths T × thresholds ε (the shapes of Gu et al. 2025's
 figures): `sweep(config, out)`.
 
-Each (model, corpus, T) cell is one `analyze` pass whose collector counts the per-window exceedances at every ε
-at once (`AnalyzeConfig.epsilons`), so the ε sweep never re-runs the model and never stores per-window scores:
+Each (model, corpus, T) cell is one `analyze` pass whose `WindowSinkRate` statistic counts the per-window
+exceedances at every ε at once (`AnalyzeConfig.epsilons`), so the ε sweep never re-runs the model and never
+stores per-window scores:
 its state stays constant in the number of windows. A cell is a run directory under `out/cells/`; a finished
 cell (its run.json exists, computed with the same settings) is skipped, so an interrupted sweep continues where
 it stopped. The tidy table `sweep.parquet` / `sweep.csv` has one row per model × corpus × T × ε.

@@ -1,0 +1,192 @@
+"""The feed: hands everything one forward pass shows to the registered statistics, and keeps their state together.
+
+Inside `feed.hooks(lm)`, each forward pass of `lm.base` reports the layer inputs (`capture.layer_inputs`), the
+attention (`capture.attention`: blocks of probabilities, or the fused path's `LayerRows`) and, where a statistic
+asks for them, the attention outputs (`capture.outputs`). The feed turns the attention into the events of
+`statistics.statistic` once for all statistics — per-head row sums and hard-pattern masks (`Rows`), and after a
+layer's last block its per-window column sums (`Columns`, kept for the current batch and layer only) — and
+checks each block for non-finite values. `state_dict`, `load_state_dict` and `all_reduce` cover every statistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+
+import torch
+from torch import Tensor
+
+from sinkscope.capture.attention import LayerRows, watch_attention
+from sinkscope.capture.layer_inputs import layer_input_hooks
+from sinkscope.capture.outputs import attention_output_hooks
+from sinkscope.errors import SinkscopeError
+from sinkscope.models.families import attention_module
+from sinkscope.models.load import LoadedModel
+from sinkscope.statistics.state import Sum
+from sinkscope.statistics.statistic import Columns, Rows, Statistic
+from sinkscope.stats.patterns import pattern_block_sums, pattern_row_sums
+
+ATTENTION_EVENTS = ("on_values", "on_rows", "on_columns")
+
+
+class Feed:
+    """Streams forward passes of a model into `statistics` (distinct `name`s) over windows of `seq_len` tokens.
+
+    `group`: query heads per key/value head (GQA); `delta`: the hard-pattern threshold of the `Rows` masks;
+    `shard` = (rank, world): window i of this process is window rank + world·i of the corpus; `dtype_name` only
+    words the non-finite error. Attention is captured only when some statistic overrides an attention event.
+    Call `begin_batch(ids)` before and `end_batch(len(ids))` after each forward pass.
+    """
+
+    def __init__(
+        self,
+        statistics: Sequence[Statistic],
+        seq_len: int,
+        group: int = 1,
+        delta: float = 0.1,
+        shard: tuple[int, int] = (0, 1),
+        dtype_name: str = "float32",
+    ) -> None:
+        names = [s.name for s in statistics]
+        if len(set(names)) != len(names):
+            raise ValueError(f"statistics need distinct names, got {names}")
+        self.statistics = list(statistics)
+        self.seq_len, self.group, self.delta, self.shard, self.dtype_name = seq_len, group, delta, shard, dtype_name
+        self._windows = Sum(())
+        self._count = 0
+        self._columns: dict[int, Tensor] = {}
+        self._diagonal: dict[int, Tensor] = {}
+        self._in_batch = False
+
+    @property
+    def windows(self) -> int:
+        """Windows folded in so far (a host-side count, so reading it never waits on the device)."""
+        return self._count
+
+    def _wanting(self, *events: str) -> list[Statistic]:
+        return [s for s in self.statistics if any(getattr(type(s), e) is not getattr(Statistic, e) for e in events)]
+
+    @contextmanager
+    def hooks(self, lm: LoadedModel, layers: Sequence[int] | None = None) -> Iterator[None]:
+        """Capture inside the block: layer inputs of `layers` (default: all), their attention if a statistic reads
+        it, and their attention outputs if a statistic `needs_outputs`; every hook is removed on exit."""
+        layers = list(range(len(lm.layers))) if layers is None else list(layers)
+        with ExitStack() as stack:
+            stack.enter_context(layer_input_hooks(lm, self.on_layer_input, layers))
+            if self._wanting(*ATTENTION_EVENTS):
+                modules = {index: attention_module(lm.family, lm.layers[index]) for index in layers}
+                stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer))
+            if any(s.needs_outputs for s in self.statistics):
+                stack.enter_context(
+                    attention_output_hooks(lm, layers, self.on_attention_output, self.on_post_norm_output)
+                )
+            yield
+
+    def begin_batch(self, ids: Tensor) -> None:
+        """The token ids (B, T) of the next forward pass; statistics also get the windows' corpus indices."""
+        if self._in_batch:
+            raise SinkscopeError("begin_batch called twice without end_batch")
+        self._in_batch = True
+        rank, world = self.shard
+        window_ids = rank + world * (self._count + torch.arange(len(ids)))
+        for statistic in self.statistics:
+            statistic.begin_batch(ids, window_ids)
+
+    def end_batch(self, batch_size: int) -> None:
+        self._windows.add(torch.tensor(float(batch_size)))
+        self._count += batch_size
+        self._in_batch = False
+        if self._columns:
+            raise SinkscopeError(f"layers {sorted(self._columns)} never reached their last query block")
+        for statistic in self.statistics:
+            statistic.end_batch(batch_size)
+
+    def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
+        for statistic in self.statistics:
+            statistic.on_layer_input(layer, h, z)
+
+    def on_values(self, layer: int, value: Tensor) -> None:
+        """Value vectors (B, KV, T, Dv) of a layer, before its attention: their norms per query head (B, H, T)."""
+        norms = value.float().norm(dim=-1).repeat_interleave(self.group, dim=1)
+        for statistic in self.statistics:
+            statistic.on_values(layer, norms)
+
+    def on_block(self, layer: int, start: int, probs: Tensor, entropy: Tensor, out: Tensor) -> None:
+        """One block of queries of one layer: probs (B, H, Q, K), entropy (B, H, Q) nats, out (B, H, Q, Dv)."""
+        self._check_finite(layer, entropy.sum((1, 2)) + out.sum((1, 2, 3)))
+        sums, hard_sink, hard_diag = pattern_block_sums(probs, start, self.delta, entropy)
+        self._fold_columns(layer, start, sums.pop("columns"), sums.pop("diagonal"))
+        self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1)))
+
+    def on_layer(self, layer: int, rows: LayerRows) -> None:
+        """One layer's whole attention over the batch from the fused path (`LayerRows`, no map)."""
+        self._check_finite(layer, rows.entropy.sum(1) + rows.out_norms.sum((1, 2)))
+        sums, hard_sink, hard_diag = pattern_row_sums(rows.sink, rows.diag, rows.prev, 0, self.delta)
+        # The kernel masks causally by construction (no mass above the diagonal); the rows' total mass is checked
+        # through the column sums, which the second kernel call computes from the first call's normalisers.
+        sums |= {"entropy": rows.entropy.sum(0), "row_total": rows.columns.sum((0, 2))}
+        self._fold_columns(layer, 0, rows.columns, rows.diag.double())
+        self._rows(layer, Rows(0, sums, hard_sink, hard_diag, rows.out_norms))
+
+    def _rows(self, layer: int, rows: Rows) -> None:
+        for statistic in self.statistics:
+            statistic.on_rows(layer, rows)
+
+    def _fold_columns(self, layer: int, start: int, columns: Tensor, diagonal: Tensor) -> None:
+        """Add a block's column sums (B, H, K) and diagonal (B, H, Q) to the layer's per-window buffers; after the
+        layer's last block (blocks arrive in order, the first at `start` 0), hand them on as `Columns`."""
+        B, H, K = columns.shape
+        if start == 0:
+            self._columns[layer] = columns.new_zeros(B, H, self.seq_len)
+            self._diagonal[layer] = columns.new_zeros(B, H, self.seq_len)
+        self._columns[layer][..., :K] += columns
+        self._diagonal[layer][..., start : start + diagonal.shape[-1]] = diagonal
+        if start + diagonal.shape[-1] == self.seq_len:
+            complete = Columns(self._columns.pop(layer), self._diagonal.pop(layer))
+            for statistic in self.statistics:
+                statistic.on_columns(layer, complete)
+
+    def on_attention_output(self, layer: int, out: Tensor) -> None:
+        for statistic in self.statistics:
+            statistic.on_attention_output(layer, out)
+
+    def on_post_norm_output(self, layer: int, update: Tensor) -> None:
+        for statistic in self.statistics:
+            statistic.on_post_norm_output(layer, update)
+
+    def _check_finite(self, layer: int, window_sums: Tensor) -> None:
+        """NaN and ±inf survive a sum, so one sum (B,) per window checks a whole block or layer cheaply."""
+        finite = torch.isfinite(window_sums)
+        if not finite.all():
+            bad = (~finite).nonzero().flatten().tolist()
+            rank, world = self.shard
+            first = rank + world * (self.windows + bad[0])
+            hint = "check the model's weights" if self.dtype_name == "float32" else "rerun with --dtype float32"
+            raise SinkscopeError(
+                f"window {first} gave non-finite attention in layer {layer} (NaN or overflow in "
+                f"{self.dtype_name}); {hint}"
+            )
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Every statistic's state as `"{statistic}.{state}.{tensor}"`, and the window count."""
+        state = {"windows": self._windows.value.cpu()}
+        for statistic in self.statistics:
+            state |= {f"{statistic.name}.{key}": value for key, value in statistic.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Restore a `state_dict()` of the same statistics (same model, T and thresholds)."""
+        if "windows" not in state:
+            raise SinkscopeError("the saved state has no window count (written by an older sinkscope); rerun without --resume")
+        for statistic in self.statistics:
+            prefix = f"{statistic.name}."
+            statistic.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
+        self._windows.load({"value": state["windows"]})
+        self._count = int(self._windows.value)
+
+    def all_reduce(self) -> None:
+        """Merge the statistics of every `torch.distributed` rank into every rank's."""
+        for statistic in self.statistics:
+            statistic.all_reduce()
+        self._windows.all_reduce()
+        self._count = int(self._windows.value)

@@ -1,0 +1,283 @@
+"""Streaming state declared with its reduction: what a statistic keeps between batches, and how two of them merge.
+
+A statistic's state over disjoint sets of windows merges into the state of their union; that one rule gives
+checkpoints (a state is a dict of named tensors), data parallelism (every rank's state, merged) and a resumed
+run (the saved state, continued) with no per-statistic code. The kinds:
+
+- `Sum`: float64 tensor, merges by `+`;  `Max`: float64 tensor (starts at −∞), merges by elementwise max;
+- `KeyedSum`: float64 rows indexed by integer keys (token ids) as they appear, rows of equal keys add;
+- `PrioritySample`: per layer, the `cap` rows of smallest priority (a uniform sample without replacement when the
+  priorities are uniform random numbers), merges by keeping the smallest priorities of both;
+- `FirstValue`: per layer, one tensor that is the same in every window (e.g. BOS's input), merges by keeping one;
+- `ShiftedMoments`: per layer, the count, sum and sum of outer products of rows taken relative to a shift (the
+  first batch's mean, for numerical stability); two states with different shifts merge exactly by re-shifting
+  (`Σ(x−a)(x−a)ᵀ = Σ(x−b)(x−b)ᵀ + S_b δᵀ + δ S_bᵀ + n δδᵀ`, δ = b − a, `S_b = Σ(x−b)`).
+
+Sizes depend on the model and T (and, for `KeyedSum`, on the distinct keys seen), never on the number of windows.
+The protocol is written here rather than taken from torchmetrics: torchmetrics' `Metric` reduces by sum, mean, max,
+min or concatenation only (none of the sample, keyed or moment merges above), and would be a dependency for
+sixty lines of bookkeeping.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor
+
+from sinkscope.errors import SinkscopeError
+
+
+class State(ABC):
+    """One piece of streaming state: `tensors()` / `load()` round-trip it, `merge` folds in another's."""
+
+    @abstractmethod
+    def tensors(self) -> dict[str, Tensor]:
+        """The state as named CPU tensors (checkpoints, gathering across ranks)."""
+
+    @abstractmethod
+    def load(self, tensors: dict[str, Tensor]) -> None:
+        """Replace the state by one saved with `tensors()`."""
+
+    @abstractmethod
+    def merge(self, other: State) -> None:
+        """Fold in the state of the same declaration over other, disjoint windows."""
+
+    @abstractmethod
+    def fresh(self) -> State:
+        """An empty state of the same declaration."""
+
+    def all_reduce(self) -> None:
+        """Replace this rank's state by the merge of every `torch.distributed` rank's, in rank order."""
+        import torch.distributed as dist
+
+        gathered: list[dict[str, Tensor]] = [{}] * dist.get_world_size()
+        dist.all_gather_object(gathered, self.tensors())
+        merged = self.fresh()
+        for tensors in gathered:
+            part = self.fresh()
+            part.load(tensors)
+            merged.merge(part)
+        self.load(merged.tensors())
+
+
+class Sum(State):
+    """A float64 tensor of `shape` that merges by `+`; `add(value, index)` folds a batch in."""
+
+    def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu") -> None:
+        self.shape, self.device = tuple(shape), device
+        self.value = torch.zeros(shape, dtype=torch.float64, device=device)
+
+    def add(self, value: Tensor, index: tuple = ()) -> None:
+        self.value[index] += value.detach().to(device=self.value.device, dtype=torch.float64)
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"value": self.value.cpu()}
+
+    def load(self, tensors: dict[str, Tensor]) -> None:
+        self.value = _checked(tensors["value"], self.shape).to(self.value.device, torch.float64)
+
+    def merge(self, other: State) -> None:
+        self.value += other.value.to(self.value.device)
+
+    def fresh(self) -> Sum:
+        return type(self)(self.shape, self.device)
+
+    def all_reduce(self) -> None:
+        import torch.distributed as dist
+
+        dist.all_reduce(self.value, op=dist.ReduceOp.SUM)
+
+
+class Max(Sum):
+    """A float64 tensor of `shape` that starts at −∞ and merges by elementwise max; `add` keeps the larger."""
+
+    def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu") -> None:
+        super().__init__(shape, device)
+        self.value.fill_(-torch.inf)
+
+    def add(self, value: Tensor, index: tuple = ()) -> None:
+        value = value.detach().to(device=self.value.device, dtype=torch.float64)
+        self.value[index] = torch.maximum(self.value[index], value)
+
+    def merge(self, other: State) -> None:
+        torch.maximum(self.value, other.value.to(self.value.device), out=self.value)
+
+    def all_reduce(self) -> None:
+        import torch.distributed as dist
+
+        dist.all_reduce(self.value, op=dist.ReduceOp.MAX)
+
+
+class KeyedSum(State):
+    """Float64 sums indexed by integer keys: `shapes[name]` is one key's entry; a row appears when its key does."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], device: torch.device | str = "cpu") -> None:
+        self.shapes, self.device = shapes, device
+        self.keys = torch.empty(0, dtype=torch.long, device=device)  # sorted, unique
+        self.values: dict[str, Tensor] = {
+            name: torch.zeros(0, *shape, dtype=torch.float64, device=device) for name, shape in shapes.items()
+        }
+
+    def add(self, keys: Tensor, values: dict[str, Tensor]) -> None:
+        """Fold `values[name]` (M, *shapes[name]) into the rows of `keys` (M,); repeated keys add up."""
+        keys = keys.to(self.keys.device, torch.long)
+        merged = torch.unique(torch.cat([self.keys, keys]))  # sorted
+        if len(merged) != len(self.keys):  # new keys: grow every table, old rows keep their sums
+            rows = torch.searchsorted(merged, self.keys)
+            for name, tensor in self.values.items():
+                grown = tensor.new_zeros(len(merged), *self.shapes[name])
+                grown[rows] = tensor
+                self.values[name] = grown
+            self.keys = merged
+        rows = torch.searchsorted(self.keys, keys)
+        for name, value in values.items():
+            self.values[name].index_add_(0, rows, value.detach().to(self.keys.device, torch.float64))
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"keys": self.keys.cpu()} | {name: tensor.cpu() for name, tensor in self.values.items()}
+
+    def load(self, tensors: dict[str, Tensor]) -> None:
+        self.keys = tensors["keys"].to(self.keys.device, torch.long)
+        self.values = {name: tensors[name].to(self.keys.device, torch.float64) for name in self.shapes}
+
+    def merge(self, other: State) -> None:
+        self.add(other.keys, other.values)
+
+    def fresh(self) -> KeyedSum:
+        return type(self)(self.shapes, self.device)
+
+
+class PrioritySample(State):
+    """Per layer, the at most `cap` rows with the smallest priorities seen (`offer`), kept on the CPU."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.layers: dict[int, tuple[Tensor, Tensor]] = {}  # layer -> (priorities (n,), rows (n, d))
+
+    def offer(self, layer: int, priorities: Tensor, rows: Tensor) -> None:
+        if layer in self.layers:
+            old_priorities, old_rows = self.layers[layer]
+            priorities, rows = torch.cat([old_priorities, priorities]), torch.cat([old_rows, rows])
+        if len(priorities) > self.cap:
+            keep = priorities.topk(self.cap, largest=False).indices
+            priorities, rows = priorities[keep], rows[keep]
+        self.layers[layer] = (priorities, rows)
+
+    def tensors(self) -> dict[str, Tensor]:
+        flat = {}
+        for layer, (priorities, rows) in self.layers.items():
+            flat[f"{layer}.priorities"], flat[f"{layer}.rows"] = priorities, rows
+        return flat
+
+    def load(self, tensors: dict[str, Tensor]) -> None:
+        self.layers = {
+            int(key.split(".")[0]): (value, tensors[f"{key.split('.')[0]}.rows"])
+            for key, value in tensors.items()
+            if key.endswith(".priorities")
+        }
+
+    def merge(self, other: State) -> None:
+        for layer, (priorities, rows) in other.layers.items():
+            self.offer(layer, priorities, rows)
+
+    def fresh(self) -> PrioritySample:
+        return type(self)(self.cap)
+
+
+class FirstValue(State):
+    """Per layer, one CPU tensor that every window has in common; the first one offered is kept."""
+
+    def __init__(self) -> None:
+        self.layers: dict[int, Tensor] = {}
+
+    def offer(self, layer: int, value: Tensor) -> None:
+        if layer not in self.layers:
+            self.layers[layer] = value.detach().cpu()
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {str(layer): value for layer, value in self.layers.items()}
+
+    def load(self, tensors: dict[str, Tensor]) -> None:
+        self.layers = {int(key): value for key, value in tensors.items()}
+
+    def merge(self, other: State) -> None:
+        for layer, value in other.layers.items():
+            self.offer(layer, value)
+
+    def fresh(self) -> FirstValue:
+        return type(self)()
+
+
+class ShiftedMoments(State):
+    """Per layer: `n`, `shift` (dim,), `sum` = Σ(x − shift) (dim,) and `outer` = Σ(x − shift)(x − shift)ᵀ.
+
+    With `mirrored_at` d, the caller stores only the blocks of `outer` on and above the block diagonal at d (the
+    block [d:, :d] is the transpose of [:d, d:] and stays zero): `add_outer` takes those blocks; merges keep it so.
+    """
+
+    def __init__(self, dim: int, mirrored_at: int | None = None) -> None:
+        self.dim, self.mirrored_at = dim, mirrored_at
+        self.n: dict[int, int] = {}
+        self.shift: dict[int, Tensor] = {}
+        self.sum: dict[int, Tensor] = {}
+        self.outer: dict[int, Tensor] = {}
+
+    def shift_of(self, layer: int, first: Tensor) -> Tensor:
+        """The layer's shift; the first call sets it to `first` (e.g. the first batch's mean)."""
+        if layer not in self.shift:
+            self.shift[layer] = first.detach()
+            self.n[layer] = 0
+            self.sum[layer] = torch.zeros(self.dim, dtype=torch.float64)
+            self.outer[layer] = torch.zeros(self.dim, self.dim, dtype=torch.float64)
+        return self.shift[layer]
+
+    def add(self, layer: int, count: int, centred_sum: Tensor, outer_blocks: list[tuple[tuple[slice, slice], Tensor]]) -> None:
+        """Add `count` rows already centred on `shift_of(layer, …)`: their sum and (index, block) pairs of Σ x xᵀ."""
+        self.n[layer] += count
+        self.sum[layer] += centred_sum.detach().double().cpu()
+        for index, block in outer_blocks:
+            self.outer[layer][index] += block.detach().double().cpu()
+
+    def tensors(self) -> dict[str, Tensor]:
+        flat = {}
+        for layer in self.shift:
+            flat[f"{layer}.n"] = torch.tensor(self.n[layer], dtype=torch.float64)
+            flat[f"{layer}.shift"] = self.shift[layer].cpu()
+            flat[f"{layer}.sum"], flat[f"{layer}.outer"] = self.sum[layer], self.outer[layer]
+        return flat
+
+    def load(self, tensors: dict[str, Tensor]) -> None:
+        layers = sorted({int(key.split(".")[0]) for key in tensors})
+        self.n = {layer: int(tensors[f"{layer}.n"]) for layer in layers}
+        self.shift = {layer: tensors[f"{layer}.shift"] for layer in layers}
+        self.sum = {layer: tensors[f"{layer}.sum"].double() for layer in layers}
+        self.outer = {layer: tensors[f"{layer}.outer"].double() for layer in layers}
+
+    def merge(self, other: State) -> None:
+        for layer in other.shift:
+            if layer not in self.shift:
+                self.shift[layer], self.n[layer] = other.shift[layer], other.n[layer]
+                self.sum[layer], self.outer[layer] = other.sum[layer].clone(), other.outer[layer].clone()
+                continue
+            delta = (other.shift[layer].double() - self.shift[layer].double()).cpu()  # x − a = (x − b) + δ
+            s_b, n_b = other.sum[layer], other.n[layer]
+            correction = torch.outer(s_b, delta) + torch.outer(delta, s_b) + n_b * torch.outer(delta, delta)
+            if self.mirrored_at is not None:
+                d = self.mirrored_at
+                correction[d:, :d] = 0
+            self.outer[layer] += other.outer[layer] + correction
+            self.sum[layer] += s_b + n_b * delta
+            self.n[layer] += n_b
+
+    def fresh(self) -> ShiftedMoments:
+        return type(self)(self.dim, self.mirrored_at)
+
+
+def _checked(tensor: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if tuple(tensor.shape) != shape:
+        raise SinkscopeError(
+            f"saved state has shape {tuple(tensor.shape)}, expected {shape}: it belongs to another computation"
+        )
+    return tensor
