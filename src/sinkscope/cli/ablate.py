@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
+
 EPILOG = """examples:
   sinkscope ablate --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 64 --out runs/abl
   sinkscope ablate --model gemma3-270m --select lowest-ahon-ln --select highest-hard-sink --fractions 0.05,0.1,0.2 \\
@@ -33,11 +35,13 @@ def add_parser(subparsers) -> None:
         "al. 2025) or most sink-like (highest hard-sink fraction), a class or a list, against random heads.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            model_options(),
+            corpus_options(corpus="corpus source (as for analyze)",
+                           max_windows=(64, "windows the loss is averaged over (default 64)")),
+            output_options("output directory (written atomically)", overwrite=OVERWRITE_HELP),
+        ],
     )
-    parser.add_argument("--model", default="smollm2-135m", help="embedded name, model dir, .gguf file or hub id")
-    parser.add_argument("--corpus", default="builtin:prose", help="corpus source (as for analyze)")
-    parser.add_argument("--seq-len", type=int, default=64, help="window length T including BOS (default 64)")
-    parser.add_argument("--max-windows", type=int, default=64, help="windows the loss is averaged over (default 64)")
     parser.add_argument("--select", action="append", default=None,
                         help="head selection, repeatable (default: lowest-ahon-ln and highest-hard-sink)")
     parser.add_argument("--fractions", type=_floats, default=(0.05, 0.1, 0.2),
@@ -49,12 +53,6 @@ def add_parser(subparsers) -> None:
                         help="windows of the scoring pass when --from-run is not given (default 16)")
     parser.add_argument("--random-draws", type=int, default=3, help="random baseline draws per size (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline and random corpora")
-    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
-    parser.add_argument("--bos-id", type=int, default=None, help="BOS id (default: tokenizer's BOS, else EOS)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--out", required=True, help="output directory (written atomically)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     parser.set_defaults(func=run)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
 
 EXAMPLE = """examples:
   sinkscope analyze --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 256 --out runs/x
@@ -20,47 +21,24 @@ def add_parser(subparsers) -> None:
         help="analyze a model on a corpus and write a run directory",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            model_options(loading=True),
+            corpus_options(corpus="corpus source (see below)", max_windows=(256, "number of windows (default 256)")),
+            output_options("run directory to write", overwrite=OVERWRITE_HELP, quiet="no progress bar"),
+        ],
     )
-    parser.add_argument("--model", default="smollm2-135m", help="embedded name, model dir, .gguf file or hub id")
-    parser.add_argument("--corpus", default="builtin:prose", help="corpus source (see below)")
-    parser.add_argument("--seq-len", type=int, default=64, help="window length T including BOS (default 64)")
-    parser.add_argument("--max-windows", type=int, default=256, help="number of windows (default 256)")
-    parser.add_argument("--out", required=True, help="run directory to write")
-    parser.add_argument("--bos-id", type=int, default=None, help="BOS id (default: tokenizer's BOS, else EOS)")
     parser.add_argument("--epsilon", type=float, default=0.3, help="sink-rate threshold ε (default 0.3)")
     parser.add_argument("--delta", type=float, default=0.1, help="hard-pattern threshold δ (default 0.1)")
     parser.add_argument("--tau", type=float, default=0.1, help="switch threshold τ (default 0.1)")
     parser.add_argument("--geometry-cap", type=int, default=256,
                         help="attention inputs sampled per layer for the half-space certificates (0: skip)")
-    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    parser.add_argument("--device-map", default=None, choices=["auto"],
-                        help="spread a model larger than one device over all visible GPUs (accelerate)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--seed", type=int, default=0, help="seed for random corpora and samples")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="save the streaming state every N windows next to --out (default: never)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
     parser.add_argument("--smoothing", action="store_true",
                         help="also the oversmoothing columns (smooth_*) and λ-curves (docs/theory/oversmoothing.md)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
-
-
-def init_distributed(device: str) -> tuple[int, int]:
-    """Join the process group that `torchrun` describes (gloo on CPU, nccl on GPU); (0, 1) when run alone."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        import torch
-
-        dist.init_process_group("nccl" if device != "cpu" and torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), dist.get_world_size()
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -91,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from sinkscope.corpus.sources import check_source
     from sinkscope.pipelines.analysis import AnalyzeConfig
+    from sinkscope.pipelines.distributed import launched_rank
     from sinkscope.staging import claimed_output
 
     out = Path(args.out)
@@ -102,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoint_dir = out.with_name(f".{out.name}.checkpoint")
     if args.resume and not checkpoint_dir.is_dir():
         print(f"sinkscope analyze: no checkpoint at {checkpoint_dir}; starting from the first window", file=sys.stderr)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 alone owns --out
+    if launched_rank() != 0:  # under torchrun, rank 0 alone owns --out
         return _analyze(args, out, config, checkpoint_dir)
     with claimed_output(out, args.overwrite):
         try:
@@ -123,25 +102,25 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
     from sinkscope.pipelines.analysis import analyze, check_seq_len
+    from sinkscope.pipelines.distributed import distributed_context
 
-    rank, world = init_distributed(args.device)
-    if world > 1 and args.device != "cpu":
-        args.device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"  # one GPU per process
-    lm = load_model(
-        args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-        device_map=args.device_map,
-    )  # fmt: skip
-    check_seq_len(lm, args.seq_len)
-    stream = windows(
-        args.corpus, lm.tokenizer, args.seq_len, args.max_windows,
-        bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
-    )  # fmt: skip
-    stream.shard = rank, world
-    smoothing_in_pass = args.smoothing and world == 1 and not args.resume
-    result = analyze(
-        lm, stream, config, progress=not args.quiet, checkpoint_dir=checkpoint_dir,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=smoothing_in_pass,
-    )  # fmt: skip
+    with distributed_context(args.device) as group:  # under torchrun: one process (and GPU) per rank
+        rank, world = group.rank, group.world
+        lm = load_model(
+            args.model, device=group.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+            device_map=args.device_map,
+        )  # fmt: skip
+        check_seq_len(lm, args.seq_len)
+        stream = windows(
+            args.corpus, lm.tokenizer, args.seq_len, args.max_windows,
+            bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
+        )  # fmt: skip
+        stream.shard = rank, world
+        smoothing_in_pass = args.smoothing and world == 1 and not args.resume
+        result = analyze(
+            lm, stream, config, progress=not args.quiet, checkpoint_dir=checkpoint_dir,
+            checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=smoothing_in_pass,
+        )  # fmt: skip
     if rank != 0:
         return 0
     if args.smoothing:

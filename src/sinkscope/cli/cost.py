@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from sinkscope.cli.options import corpus_options, model_options, output_options
 from sinkscope.errors import SinkscopeError
 
 EPILOG = """examples:
@@ -44,6 +45,13 @@ def add_parser(subparsers) -> None:
         "the attention inputs of a real model's layers (docs/theory/cost.md).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            model_options(default=None, model_help="embedded name, hub id, local dir or .gguf (family model)",
+                          device=False),
+            corpus_options(corpus="windows for --model (default builtin:prose)", seq_len=None, batch_size=False,
+                           bos_id=False),
+            output_options("output directory (written atomically)", overwrite="replace --out if it exists"),
+        ],
     )
     parser.add_argument("--family", type=_names, default=None,
                         help="comma-separated: orthonormal, gaussian, shared_mean, anti_aligned, low_rank, model "
@@ -64,12 +72,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--rank", type=int, default=4, help="rank r of the low_rank family (default 4)")
     parser.add_argument("--solver", choices=("auto", "clarabel", "scs"), default="auto",
                         help="auto: Clarabel up to T=16, SCS up to T=64, beyond: an error naming the closed form")
-    parser.add_argument("--model", default=None, help="embedded name, hub id, local dir or .gguf (family model)")
     parser.add_argument("--layer", type=_ints, default=None, help="layers of --model (default every layer)")
-    parser.add_argument("--corpus", default="builtin:prose", help="windows for --model (default builtin:prose)")
     parser.add_argument("--raw", action="store_true", help="use the model's z as is instead of unit-normalising")
-    parser.add_argument("--out", required=True, help="output directory (written atomically)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.set_defaults(func=run)
 
 

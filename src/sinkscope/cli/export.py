@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sinkscope.cli.options import output_options
+
 EXAMPLE = """examples:
   sinkscope export runs/x --format csv               # runs/x/csv/heads.csv, layers.csv, tokens.csv, ...
   sinkscope export runs/x --format json --out /tmp/x # one JSON array of row objects per table
@@ -16,10 +18,12 @@ def add_parser(subparsers) -> None:
         help="write every table of a run as CSV or JSON",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            output_options("directory for the files (default: RUN/<format>/)", required=False),
+        ],
     )
     parser.add_argument("run", help="run directory written by `sinkscope analyze` (or a sweep directory)")
     parser.add_argument("--format", required=True, choices=["csv", "json"], help="file format")
-    parser.add_argument("--out", default=None, help="directory for the files (default: RUN/<format>/)")
     parser.set_defaults(func=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sinkscope.cli.options import output_options
+
 EXAMPLE = """examples:
   sinkscope report runs/x                      # rebuilds runs/x/report.html
   sinkscope report runs/x runs/y --out cmp.html  # compares two runs on one page"""
@@ -15,9 +17,11 @@ def add_parser(subparsers) -> None:
         help="(re)build report.html from run directories",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            output_options("HTML file (default: report.html in the first run)", required=False),
+        ],
     )
     parser.add_argument("runs", nargs="+", help="run directories written by `sinkscope analyze`")
-    parser.add_argument("--out", default=None, help="HTML file (default: report.html in the first run)")
     parser.set_defaults(func=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sinkscope.cli.options import corpus_options, model_options, output_options
+
 EPILOG = """examples:
   sinkscope reproduce --out runs/repro                                  # both embedded models, prose and code
   sinkscope reproduce --models smollm2-135m --corpora builtin:prose --quick --out runs/repro-quick
@@ -31,6 +33,11 @@ def add_parser(subparsers) -> None:
         "measurable here.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            model_options(model=False),  # many models: --models
+            corpus_options(seq_len="window length T (default 64, as Gu et al.)", batch_size=False, bos_id=False),
+            output_options("output directory (reused across runs)"),
+        ],
     )
     parser.add_argument("--models", type=_names, default=("smollm2-135m", "gemma3-270m"),
                         help="comma-separated models: embedded names, model dirs, .gguf files or hub ids "
@@ -40,15 +47,11 @@ def add_parser(subparsers) -> None:
                         "drives the ablations and costs")  # fmt: skip
     parser.add_argument("--quick", action="store_true",
                         help="few windows and a small geometry sample: every section, on less data (minutes)")
-    parser.add_argument("--seq-len", type=int, default=64, help="window length T (default 64, as Gu et al.)")
     parser.add_argument("--windows", type=int, default=None, help="windows per main corpus (default 32; quick 8)")
     parser.add_argument("--regimes-from", default=None, metavar="DIR",
                         help="read the bigram-backcopy regime map from DIR (the --out of `sinkscope train-bb "
                         "--grid regimes`) instead of training it")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of samples, random corpora and random heads")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--out", required=True, help="output directory (reused across runs)")
     parser.set_defaults(func=run)
 
 

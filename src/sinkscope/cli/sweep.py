@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sinkscope.cli.options import corpus_options, model_options, output_options
+
 EXAMPLE = """examples:
   sinkscope sweep --models smollm2-135m,gemma3-270m --corpora builtin:prose,builtin:random \\
       --seq-lens 64,256 --epsilons 0.1,0.3,0.5,0.8 --max-windows 32 --out sweeps/gu
@@ -19,18 +21,18 @@ def add_parser(subparsers) -> None:
         help="sink rates over models × corpora × T × ε (resumable)",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            model_options(model=False),  # many models: --models
+            corpus_options(seq_len=None, max_windows=(64, "windows per cell (default 64)"), bos_id=False),
+            output_options("sweep directory (created, or continued if it exists)",
+                           quiet="no progress bars (the per-cell lines remain)"),
+        ],
     )
     parser.add_argument("--models", required=True, help="comma-separated models (embedded names, dirs, hub ids)")
     parser.add_argument("--corpora", required=True, help="comma-separated corpus sources (as for analyze)")
     parser.add_argument("--seq-lens", required=True, help="comma-separated window lengths T, e.g. 64,256")
     parser.add_argument("--epsilons", default="0.1,0.3,0.5,0.8", help="comma-separated thresholds ε")
-    parser.add_argument("--max-windows", type=int, default=64, help="windows per cell (default 64)")
-    parser.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--seed", type=int, default=0, help="seed for random corpora")
-    parser.add_argument("--out", required=True, help="sweep directory (created, or continued if it exists)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars (the per-cell lines remain)")
     parser.set_defaults(func=run)
 
 

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sinkscope.cli.options import config_flags, defer_options, output_options
+
 EPILOG = """examples:
   sinkscope train-bb --out runs/bb                       # default run (~1 min on one free CPU core)
   sinkscope train-bb --out runs/bb_relu --attention relu --weight-decay 1.0
@@ -21,33 +23,27 @@ outputs: config.json, metrics.parquet, summary.json, checkpoints/*.safetensors, 
 --seeds adds seeds.parquet; --grid regimes writes regimes.parquet, regime_cells.parquet and
 figures/phase_diagram.png). See docs/experiments.md."""
 
-# (flag, dotted config key, type, help) for the most used settings; --set reaches every field.
-FLAGS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--steps", "train.steps", int, "training steps"),
-    ("--lr", "train.lr", float, "AdamW learning rate"),
-    ("--weight-decay", "train.weight_decay", float, "AdamW weight decay on matrices"),
-    ("--batch-size", "train.batch_size", int, "sequences per step"),
-    ("--eval-every", "train.eval_every", int, "steps between evaluations"),
-    ("--seed", "train.seed", int, "seed of the model init and the data"),
-    ("--threads", "train.threads", int, "torch CPU threads"),
-    ("--vocab-size", "task.vocab_size", int, "V, tokens besides BOS"),
-    ("--triggers", "task.n_triggers", int, "K, number of triggers (ids 0..K-1)"),
-    ("--copy-offset", "task.copy_offset", int, "k, a trigger at t copies s_{t-k}"),
-    ("--p-copy", "task.p_copy", float, "probability that a trigger copies"),
-    ("--alpha", "task.dirichlet_alpha", float, "Dirichlet concentration of the bigram rows"),
-    ("--bigram-text", "task.bigram_text", str, "text file whose character bigram replaces the Dirichlet rows"),
-    ("--length", "task.length", int, "L, positions per sequence including BOS"),
-    ("--layers", "model.n_layers", int, "transformer layers"),
-    ("--heads", "model.n_heads", int, "heads per layer"),
-    ("--d-model", "model.d_model", int, "residual width"),
-    ("--attention", "model.attention", str, "softmax | softmax_sink | relu | sigmoid_gate"),
-    ("--positional", "model.positional", str, "learned | rope | none"),
-    ("--norm", "model.norm", str, "layernorm | rmsnorm"),
-    ("--norm-position", "model.norm_position", str, "pre | post"),
-    ("--init", "model.init", str, "gpt2 = N(0, 0.02²) | torch = PyTorch defaults | scaled (the two stds below)"),
-    ("--init-std", "model.init_std", float, "std of Linear weights with --init scaled"),
-    ("--embedding-init-std", "model.embedding_init_std", float, "std of embeddings with --init scaled"),
-)
+# Flags whose name is not the field's: the short names train-bb always had, and the task's seed (--seed is the
+# training seed). Every other field `section.field_name` is `--field-name`.
+FLAG_NAMES = {
+    "task.n_triggers": "--triggers",
+    "task.dirichlet_alpha": "--alpha",
+    "task.seed": "--task-seed",
+    "model.n_layers": "--layers",
+    "model.n_heads": "--heads",
+}
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """One flag per RunConfig field (dest `section.field`, default None: unset); {dotted key: flag}. The help is
+    TrainConfig's field metadata and `FIELD_HELP` for the task and model fields."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from sinkscope.synthetic.config import FIELD_HELP, RunConfig, TrainConfig
+
+    helps = {**FIELD_HELP, **{f"train.{f.name}": f.metadata["help"] for f in fields(TrainConfig)}}
+    return config_flags(parser, get_type_hints(RunConfig), helps, FLAG_NAMES)  # {task: GBBConfig, ...}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -57,36 +53,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[
+            output_options("run directory (a grid: one subfolder per run)", as_path=True,
+                           overwrite="replace an existing run directory", quiet="no per-evaluation log lines"),
+        ],
     )
-    parser.add_argument("--out", type=Path, required=True, help="run directory (a grid: one subfolder per run)")
     parser.add_argument(
         "--grid", help="built-in grid (default, ablations, weight_decay, regimes) or a JSON experiment file"
     )
     parser.add_argument("--seeds", help="comma-separated seeds, e.g. 0,1,2: one run per seed, mean ± spread")
     parser.add_argument("--quick", action="store_true", help="with --grid regimes: the reduced grid (12 runs)")
     parser.add_argument("--workers", type=int, default=1, help="with --grid regimes: runs trained at once")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    parser.add_argument("--no-bos", action="store_true", help="remove BOS from the model's input")
-    parser.add_argument("--no-mlp", action="store_true", help="attention-only blocks")
-    for flag, key, kind, text in FLAGS:
-        metavar = key.split(".")[1].upper()
-        parser.add_argument(flag, type=kind, dest=key, default=None, metavar=metavar, help=f"{text} ({key})")
+    defer_options(parser, add_config_flags)  # the config's modules import torch
     parser.add_argument(
         "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
         help="any config field, value parsed as JSON when possible (repeatable)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no per-evaluation log lines")
     parser.set_defaults(func=run)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     from sinkscope.errors import SinkscopeError
 
-    overrides: dict[str, Any] = {key: getattr(args, key) for _, key, _, _ in FLAGS if getattr(args, key) is not None}
-    if args.no_bos:
-        overrides["task.bos"] = False
-    if args.no_mlp:
-        overrides["model.mlp"] = False
+    # the config flags' dests are the dotted keys (add_config_flags); --set comes after them and wins
+    overrides: dict[str, Any] = {key: value for key, value in vars(args).items() if "." in key and value is not None}
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep:

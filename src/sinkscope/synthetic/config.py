@@ -9,6 +9,32 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic.bigram_backcopy import GBBConfig
 from sinkscope.synthetic.tiny_transformer import TinyTransformerConfig
 
+# Help of the task and model fields, whose dataclasses live in bigram_backcopy.py and tiny_transformer.py
+# (TrainConfig's fields carry theirs as metadata); `sinkscope train-bb` shows them with one flag per field.
+FIELD_HELP: dict[str, str] = {
+    "task.vocab_size": "V, tokens besides BOS",
+    "task.n_triggers": "K, number of triggers (ids 0..K-1)",
+    "task.copy_offset": "k, a trigger at t copies s_{t-k}",
+    "task.p_copy": "probability that a trigger copies",
+    "task.dirichlet_alpha": "Dirichlet concentration of the bigram rows",
+    "task.bigram_text": "text file whose character bigram replaces the Dirichlet rows",
+    "task.length": "L, positions per sequence including BOS",
+    "task.bos": "BOS as the model's first input (--no-bos removes it)",
+    "task.seed": "seed of the bigram matrix (not of the sequences)",
+    "model.n_layers": "transformer layers",
+    "model.n_heads": "heads per layer",
+    "model.d_model": "residual width",
+    "model.mlp": "an MLP in every block (--no-mlp: attention-only blocks)",
+    "model.mlp_ratio": "MLP hidden width as a multiple of d_model",
+    "model.norm": "layernorm | rmsnorm",
+    "model.norm_position": "pre | post",
+    "model.positional": "learned | rope | none",
+    "model.attention": "softmax | softmax_sink | relu | sigmoid_gate",
+    "model.init": "gpt2 = N(0, 0.02²) | torch = PyTorch defaults | scaled (the two stds below)",
+    "model.init_std": "std of Linear weights with --init scaled",
+    "model.embedding_init_std": "std of embeddings with --init scaled",
+}
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -16,18 +42,22 @@ class TrainConfig:
     sink logits); on W_Q and W_K it is the nuclear-norm pressure on W_QK (min ||A||²+||B||² over A Bᵀ = W is
     2||W||_*)."""
 
-    steps: int = 3000
-    batch_size: int = 64
-    lr: float = 3e-3
-    weight_decay: float = 0.1
-    beta2: float = 0.99
-    warmup_steps: int = 100
-    final_lr_ratio: float = 0.1  # cosine decay from lr to final_lr_ratio·lr after the warmup
-    eval_every: int = 100
-    eval_batch_size: int = 256
-    checkpoint_every: int = 1000
-    seed: int = 0  # model init and training data; the eval batch uses seed + 1
-    threads: int = 1
+    steps: int = field(default=3000, metadata={"help": "training steps"})
+    batch_size: int = field(default=64, metadata={"help": "sequences per step"})
+    lr: float = field(default=3e-3, metadata={"help": "AdamW learning rate"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices"})
+    beta2: float = field(default=0.99, metadata={"help": "AdamW β₂ (β₁ is 0.9)"})
+    warmup_steps: int = field(default=100, metadata={"help": "steps of linear learning-rate warmup"})
+    final_lr_ratio: float = field(  # cosine decay from lr to final_lr_ratio·lr after the warmup
+        default=0.1, metadata={"help": "learning rate at the last step, as a fraction of lr (cosine decay)"}
+    )
+    eval_every: int = field(default=100, metadata={"help": "steps between evaluations"})
+    eval_batch_size: int = field(default=256, metadata={"help": "sequences of the evaluation batch (seed + 1)"})
+    checkpoint_every: int = field(default=1000, metadata={"help": "steps between saved checkpoints"})
+    seed: int = field(  # model init and training data; the eval batch uses seed + 1
+        default=0, metadata={"help": "seed of the model init and the data"}
+    )
+    threads: int = field(default=1, metadata={"help": "torch CPU threads"})
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "eval_batch_size", "checkpoint_every", "threads"):
