@@ -1,25 +1,44 @@
-"""The lab's measures on hand-made tensors, against brute-force loops and scipy."""
+"""The lab's measures (its own and `sinkscope.stats`' with the non-trigger query mask) on hand-made tensors,
+against brute-force loops and scipy."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from scipy import stats
 
+from sinkscope.stats.patterns import diag_score, entropy_score, prev_score, sink_score
+from sinkscope.stats.switch import value_drain
 from sinkscope.synthetic.bigram_backcopy import GBBConfig, GBBTask
 from sinkscope.synthetic.measures import (
     copy_accuracy,
+    copy_attention,
     excess_loss,
     pattern_margins,
-    pattern_masses,
     qk_norms,
-    row_entropy,
     switch_off_frac,
-    value_drain,
 )
-from sinkscope.synthetic.summary import classify_pattern, cost_predictions
+from sinkscope.synthetic.summary import cost_predictions, row_pattern
+
+
+def pattern_masses(probs, batch):
+    """The masses `evaluation.evaluate` reports: stats' scores over non-trigger queries, copy attention."""
+    plain = batch.is_plain
+    return {"bos_attn": sink_score(probs, plain), "diag_attn": diag_score(probs, plain),
+            "prev_attn": prev_score(probs, plain, offset=batch.copy_offset), "copy_attn": copy_attention(probs, batch)}
+
+
+def row_entropy(probs, mask):
+    """The entropy `evaluation.evaluate` reports: rows renormalised (sink logit, ReLU), then stats' score."""
+    return entropy_score(probs / probs.sum(-1, keepdim=True).clamp_min(1e-30), mask)
+
+
+def classify_pattern(bos, diag, prev, row_mass, entropy, gate=math.nan):
+    return row_pattern(SimpleNamespace(bos_attn=bos, diag_attn=diag, prev_attn=prev, row_mass=row_mass,
+                                       entropy=entropy, gate_plain=gate))
 
 
 def small_batch():
@@ -86,7 +105,7 @@ def test_copy_accuracy_counts_argmax_on_source() -> None:
 
 def test_value_drain_and_qk_norms_by_loop() -> None:
     values = torch.rand(3, 2, 5, 4)
-    drain = value_drain(values)
+    drain = value_drain(values.norm(dim=-1)).mean(0)  # as evaluation.evaluate: per window, then the mean
     loop = [np.mean([values[b, h, 0].norm() / values[b, h, 1:].norm(dim=-1).mean() for b in range(3)]) for h in range(2)]
     torch.testing.assert_close(drain, torch.tensor(loop, dtype=torch.float32))
     w = torch.randn(2, 6, 6)

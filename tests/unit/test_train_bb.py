@@ -18,7 +18,7 @@ from sinkscope.synthetic.evaluation import METRIC_COLUMNS, evaluate
 from sinkscope.synthetic.experiments import run_grid
 from sinkscope.synthetic.regimes import CELL_COLUMNS, REGIME_COLUMNS, RegimeGrid, run_regimes
 from sinkscope.synthetic.summary import PATTERNS
-from sinkscope.synthetic.train import RunConfig, learning_rate, load_checkpoint, train_bb
+from sinkscope.synthetic.train import RunConfig, learning_rate, load_trained_model, train_bb
 
 TINY = {
     "task.vocab_size": 16, "task.length": 33, "model.n_layers": 1, "model.d_model": 32,
@@ -47,7 +47,7 @@ def test_one_layer_model_beats_unigram_and_writes_a_run(tmp_path: Path) -> None:
     assert summary["loss"] < unigram - 0.3
     assert 0 <= summary["excess_loss_noncopy"] < unigram - summary["bayes_loss"]  # KL to the oracle
     # the checkpoint reloads into a model that reproduces the final evaluation
-    _, model = load_checkpoint(run)
+    _, model = load_trained_model(run)
     row = evaluate(model, eval_batch, step=200)[0]
     assert abs(row["loss"] - summary["loss"]) < 1e-5
     saved = json.loads((run / "config.json").read_text())

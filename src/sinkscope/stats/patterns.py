@@ -5,20 +5,32 @@ Two forms of each statistic:
   holding their own maps and as the readable definition;
 - `pattern_block_sums`, the streaming form: sums over a block of query rows `[q_start, q_start+Q)` of a batch,
   which the capture adds up across blocks, layers' heads and windows (STYLE practice 7).
-Positions are 0-indexed; key 0 is the sink candidate (BOS).
+Positions are 0-indexed; key 0 is the sink candidate (BOS). The direct scores take an optional query mask
+(B, T) or (T,) (e.g. the gBB lab's non-trigger queries): they then average over the masked queries of every
+window, pooled over the windows (`sinkscope.stats.query_mask`), so (B, ..., T, T) → (...).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
+from sinkscope.stats.head_classes import HeadThresholds, classify_head
+from sinkscope.stats.query_mask import masked_query_mean
 
-def sink_score(attn: Tensor) -> Tensor:
-    """Gu et al. 2025 importance of key 0: `α = mean_{t=0..T-1} A[t,0]` (SPEC §2). (..., T, T) → (...)."""
-    return attn[..., :, 0].mean(-1)
+
+def sink_score(attn: Tensor, query_mask: Tensor | None = None) -> Tensor:
+    """Gu et al. 2025 importance of key 0: `α = mean_{t=0..T-1} A[t,0]` (SPEC §2). (..., T, T) → (...).
+    With `query_mask` the mean runs over the masked queries t (module doc)."""
+    return _query_mean(attn[..., :, 0], query_mask)
+
+
+def _query_mean(per_query: Tensor, query_mask: Tensor | None, first: int = 0) -> Tensor:
+    """Mean of `per_query` (..., T - first), the values of queries `first..T-1`, over those queries, or over
+    the masked ones of them (`query_mask` (B, T) or (T,), pooled over windows)."""
+    if query_mask is None:
+        return per_query.mean(-1)
+    return masked_query_mean(per_query, query_mask[..., first:])
 
 
 def key_scores(attn: Tensor) -> Tensor:
@@ -54,14 +66,16 @@ def exceed_counts(scores: Tensor, epsilons: Tensor) -> Tensor:
     return above.sum(1, dtype=torch.float64)
 
 
-def diag_score(attn: Tensor) -> Tensor:
-    """`mean_{t=1..T-1} A[t,t]` (SPEC §2). (..., T, T) → (...)."""
-    return attn.diagonal(dim1=-2, dim2=-1)[..., 1:].mean(-1)
+def diag_score(attn: Tensor, query_mask: Tensor | None = None) -> Tensor:
+    """`mean_{t=1..T-1} A[t,t]` (SPEC §2), over the masked queries t ≥ 1 with `query_mask`. (..., T, T) → (...)."""
+    return _query_mean(attn.diagonal(dim1=-2, dim2=-1)[..., 1:], query_mask, first=1)
 
 
-def prev_score(attn: Tensor) -> Tensor:
-    """Previous-token score `mean_{t=1..T-1} A[t,t-1]` (SPEC §2). (..., T, T) → (...)."""
-    return attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
+def prev_score(attn: Tensor, query_mask: Tensor | None = None, offset: int = 1) -> Tensor:
+    """Previous-token score `mean_{t=1..T-1} A[t,t-1]` (SPEC §2); with `offset` k the mass k tokens back,
+    `mean_{t=k..T-1} A[t,t-k]` (the gBB copy offset), over the masked queries t ≥ k with `query_mask`.
+    (..., T, T) → (...)."""
+    return _query_mean(attn.diagonal(offset=-offset, dim1=-2, dim2=-1), query_mask, first=offset)
 
 
 def row_entropy(attn: Tensor) -> Tensor:
@@ -72,9 +86,10 @@ def row_entropy(attn: Tensor) -> Tensor:
     return entropy / torch.log(torch.arange(2, T + 1, dtype=attn.dtype, device=attn.device))
 
 
-def entropy_score(attn: Tensor) -> Tensor:
-    """Mean normalised row entropy over queries t ≥ 1 (SPEC §2). (..., T, T) → (...)."""
-    return row_entropy(attn).mean(-1)
+def entropy_score(attn: Tensor, query_mask: Tensor | None = None) -> Tensor:
+    """Mean normalised row entropy over queries t ≥ 1 (SPEC §2), over the masked ones with `query_mask`.
+    (..., T, T) → (...)."""
+    return _query_mean(row_entropy(attn), query_mask, first=1)
 
 
 def hard_sink_frac(attn: Tensor, delta: float = 0.1) -> Tensor:
@@ -176,21 +191,12 @@ def finalize_pattern_scores(sums: dict[str, Tensor], windows: int, seq_len: int)
     }
 
 
-HEAD_CLASS_THRESHOLDS = {"diagonal": 0.5, "previous-token": 0.5, "dense": 0.7}
+# analyze's head classes (SPEC §2); the classifier and its named thresholds live in `stats.head_classes`.
+HEAD_CLASS_THRESHOLDS = {"diagonal": HeadThresholds.diagonal, "previous-token": HeadThresholds.previous,
+                         "dense": HeadThresholds.dense}  # fmt: skip
 
 
 def head_class(sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3) -> str:
-    """Classify a head from its SPEC §2 scores, first match wins:
-
-    sink (`α > ε`), diagonal (`diag_score > 0.5`), previous-token (`prev_score > 0.5`), dense (normalised
-    entropy > 0.7), else mixed.
-    """
-    if sink > epsilon:
-        return "sink"
-    if diag > HEAD_CLASS_THRESHOLDS["diagonal"]:
-        return "diagonal"
-    if prev > HEAD_CLASS_THRESHOLDS["previous-token"]:
-        return "previous-token"
-    if not math.isnan(entropy) and entropy > HEAD_CLASS_THRESHOLDS["dense"]:
-        return "dense"
-    return "mixed"
+    """analyze's class of a head from its SPEC §2 scores: `classify_head` with `HeadThresholds(sink=epsilon)`
+    (sink, diagonal, previous-token, dense or mixed)."""
+    return classify_head(sink, diag, prev, entropy, thresholds=HeadThresholds(sink=epsilon))

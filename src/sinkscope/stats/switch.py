@@ -16,6 +16,12 @@ def value_drain(value_norms: Tensor) -> Tensor:
     return value_norms[..., 0] / value_norms[..., 1:].mean(-1)
 
 
+def switched_off(out_norms: Tensor, value_norms: Tensor, tau: float) -> Tensor:
+    """SPEC §3 hard switch: query t is off when `||o_t|| ≤ τ · mean_j ||v_j||`. `out_norms` (..., Q) `||o_t||`,
+    `value_norms` (..., T) `||v_j||` of the window's keys → (..., Q) booleans."""
+    return out_norms <= tau * value_norms.mean(-1, keepdim=True)
+
+
 def switch_block_sums(
     out_norms: Tensor, value_norms: Tensor, hard_sink: Tensor, q_start: int, tau: float
 ) -> dict[str, Tensor]:
@@ -29,7 +35,7 @@ def switch_block_sums(
     Q = out_norms.shape[-1]
     rows = torch.arange(q_start, q_start + Q, device=out_norms.device)
     valid = (rows >= 1).view(1, 1, Q)
-    off = out_norms <= tau * value_norms.mean(-1, keepdim=True)
+    off = switched_off(out_norms, value_norms, tau)
     on = ~off & valid
     off = off & valid
     count = lambda mask: mask.sum((0, 2)).double()  # noqa: E731

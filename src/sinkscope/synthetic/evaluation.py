@@ -11,18 +11,19 @@ import math
 import torch
 from torch.nn import functional as F
 
+from sinkscope.stats.geometry import bos_norm_ratio
+from sinkscope.stats.patterns import diag_score, entropy_score, prev_score, sink_score
+from sinkscope.stats.query_mask import masked_query_mean
+from sinkscope.stats.switch import value_drain
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 from sinkscope.synthetic.measures import (
     bayes_loss,
     copy_accuracy,
+    copy_attention,
     excess_loss,
-    first_token_norm,
     pattern_margins,
-    pattern_masses,
     qk_norms,
-    row_entropy,
     switch_off_frac,
-    value_drain,
 )
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
 
@@ -40,6 +41,11 @@ METRIC_COLUMNS = (
 def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[str, float | int]]:
     """Measure `model` on `batch` (SPEC §7 list): one dict per (layer, head) with `METRIC_COLUMNS` keys.
 
+    `bos_attn`, `diag_attn`, `entropy`: the SPEC §2 sink score, diagonal score and row entropy over non-trigger
+    queries (`batch.is_plain` as the query mask, pooled over the batch); `prev_attn` the previous-token score at
+    the copy offset k, `A[t, t-k]` on non-trigger queries t ≥ k (the copy pattern where no copy is due);
+    `copy_attn` the same on copy queries (`measures.copy_attention`); `value_drain` and `bos_resid_ratio` the
+    SPEC §3/§4 per-window values averaged over windows; `bos_resid_norm` the mean `||h_0||`.
     `excess_loss_noncopy` is KL(oracle ‖ model) averaged over every position that is not a copy query
     ("elsewhere" in SPEC §7); `row_mass` is the mean attention row sum on non-trigger queries (1 for softmax,
     < 1 when a learned sink logit or ReLU attention lets the head attend to nothing); `gate_plain`/`gate_copy`
@@ -64,14 +70,22 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
     }
     rows = []
     for layer, (block, trace) in enumerate(zip(model.blocks, traces)):
-        masses = pattern_masses(trace.probs, batch)
-        margins = pattern_margins(trace.probs, batch)
-        entropy = row_entropy(trace.probs, batch.is_plain)
-        drain = value_drain(trace.values)
-        off = switch_off_frac(trace.probs, trace.values, trace.gates, batch.is_plain)
+        probs, plain = trace.probs, batch.is_plain  # (B, H, T, T), (B, T)
+        masses = {
+            "bos_attn": sink_score(probs, plain),
+            "diag_attn": diag_score(probs, plain),
+            "prev_attn": prev_score(probs, plain, offset=batch.copy_offset),
+            "copy_attn": copy_attention(probs, batch),
+        }
+        margins = pattern_margins(probs, batch)
+        # rows that do not sum to 1 (sink logit, ReLU) are renormalised: entropy of where the head does attend
+        entropy = entropy_score(probs / probs.sum(-1, keepdim=True).clamp_min(1e-30), plain)
+        drain = value_drain(trace.values.norm(dim=-1)).mean(0)  # (H,)
+        off = switch_off_frac(probs, trace.values, trace.gates, plain)
         nuclear, frobenius = qk_norms(block.attn.w_qk())
-        bos_norm, bos_ratio = first_token_norm(trace.resid)
-        row_mass = trace.probs.sum(-1).transpose(0, 1)[:, batch.is_plain].mean(-1)  # (H,)
+        bos_norm = float(trace.resid.norm(dim=-1)[:, 0].mean())
+        bos_ratio = float(bos_norm_ratio(trace.resid).mean())
+        row_mass = masked_query_mean(probs.sum(-1), plain)  # (H,)
         z_norm_sq = float(trace.z.pow(2).sum(-1).mean())
         for head in range(trace.probs.shape[1]):
             gates = trace.gates[:, head] if trace.gates is not None else None

@@ -90,7 +90,7 @@ def summary_row(name: str, summary: dict[str, Any]) -> dict[str, Any]:
 
 def head_timeline(run_dir: Path) -> pd.DataFrame:
     """Every head of one run over the eval steps (rows = step × layer × head): its pattern on non-trigger
-    queries (`summary.classify_pattern`) and the curves behind it."""
+    queries (`summary.row_pattern`) and the curves behind it."""
     metrics = pd.read_parquet(Path(run_dir) / "metrics.parquet")
     columns = ["step", "layer", "head", "pattern", "copy_acc", "excess_loss_noncopy", "bos_attn", "diag_attn",
                "prev_attn", "copy_attn", "entropy", "row_mass", "gate_plain", "switch_off", "value_drain",

@@ -1,10 +1,11 @@
-"""What the gBB lab measures (SPEC §7, with the statistics of §2–§4 restricted to the task's query sets).
+"""What only the gBB lab measures (SPEC §7): losses against the oracle, copy accuracy and attention, logit
+margins, the switch with output gates, W_QK norms.
 
 Pure functions over tensors of one evaluation batch; no model, no I/O. Model positions follow `GBBBatch`:
 position 0 is BOS when the task has one (otherwise the first real token, reported under the same name).
 "Non-trigger queries" are `GBBBatch.is_plain`, which never contains model position 0 (it can only attend to
-itself). The SPEC §2–§3 definitions come from `sinkscope.stats` (row entropy, value drain), applied to these
-query sets.
+itself). The SPEC §2–§4 statistics (masses, row entropy, value drain, BOS norm ratio) are `sinkscope.stats`'s,
+given the query set as a query mask (`evaluation.evaluate`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from sinkscope.stats import patterns, switch
+from sinkscope.stats.query_mask import masked_query_mean
+from sinkscope.stats.switch import switched_off
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 
 _TINY = 1e-30
@@ -41,43 +43,11 @@ def copy_accuracy(logits: torch.Tensor, batch: GBBBatch) -> float:
     return float(hit[batch.is_copy].double().mean())
 
 
-def pattern_masses(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tensor]:
-    """Per-head attention masses (H,) of one layer, probs (B, H, T, T).
-
-    `bos_attn`: mean A[t, 0] over non-trigger queries; `diag_attn`: mean A[t, t] over non-trigger queries;
-    `prev_attn`: mean A[t, t-k] over non-trigger queries with t-k ≥ 0 (the copy pattern where no copy is due);
-    `copy_attn`: mean A[t, t-k] over copy queries (triggers with a source).
-    """
+def copy_attention(probs: torch.Tensor, batch: GBBBatch) -> torch.Tensor:
+    """Per-head mean (H,) of `A[t, t-k]` over copy queries (triggers with a source, SPEC §7); probs (B, H, T, T)."""
     b, h, t, _ = probs.shape
-    first = probs[..., 0]  # (B, H, T)
-    diag = probs.diagonal(dim1=-2, dim2=-1)  # (B, H, T)
     key = batch.copy_key.clamp_min(0).view(b, 1, t, 1).expand(b, h, t, 1)
-    to_source = probs.gather(-1, key).squeeze(-1)  # (B, H, T)
-    k = batch.copy_offset
-    offset = torch.zeros_like(diag)
-    offset[..., k:] = probs.diagonal(offset=-k, dim1=-2, dim2=-1)  # A[t, t-k] for t ≥ k
-    has_offset = batch.is_plain & (torch.arange(t) >= k)
-
-    def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return x.transpose(0, 1)[:, mask].mean(-1)  # (B, H, T) with mask (B, T) -> (H,)
-
-    return {
-        "bos_attn": masked_mean(first, batch.is_plain),
-        "diag_attn": masked_mean(diag, batch.is_plain),
-        "prev_attn": masked_mean(offset, has_offset),
-        "copy_attn": masked_mean(to_source, batch.is_copy),
-    }
-
-
-def row_entropy(probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """SPEC §2 entropy per head (H,): mean over masked queries t ≥ 1 of `H(A[t, :t+1]) / log(t+1)`.
-
-    probs (B, H, T, T), mask (B, T). Rows that do not sum to 1 (sink logit, ReLU) are renormalised first;
-    0 = one-hot, 1 = uniform over the visible keys (`sinkscope.stats.patterns.row_entropy` on the kept rows).
-    """
-    p = probs / probs.sum(-1, keepdim=True).clamp_min(_TINY)
-    ent = patterns.row_entropy(p)  # (B, H, T-1): queries t = 1..T-1
-    return ent.transpose(0, 1)[:, mask[:, 1:]].mean(-1)
+    return masked_query_mean(probs.gather(-1, key).squeeze(-1), batch.is_copy)  # A[t, source of t]: (B, H, T)
 
 
 def pattern_margins(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Tensor]:
@@ -101,11 +71,6 @@ def pattern_margins(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Ten
     }
 
 
-def value_drain(values: torch.Tensor) -> torch.Tensor:
-    """SPEC §3 value drain `||v_0|| / mean_{j≥1} ||v_j||` per head (H,), averaged over windows; values (B, H, T, dh)."""
-    return switch.value_drain(values.norm(dim=-1)).mean(0)
-
-
 SWITCH_TAU = 0.1  # SPEC §3: a query is switched off when ||o_t|| ≤ τ · mean_j ||v_j||
 
 
@@ -121,15 +86,8 @@ def switch_off_frac(
     out = probs @ values  # (B, H, T, dh)
     if gates is not None:
         out = out * gates.unsqueeze(-1)
-    value_norms = values.norm(dim=-1)  # (B, H, T)
-    off = out.norm(dim=-1) <= tau * value_norms.mean(-1, keepdim=True)
-    return off.double().transpose(0, 1)[:, mask].mean(-1)
-
-
-def first_token_norm(resid: torch.Tensor) -> tuple[float, float]:
-    """Residual norm of position 0 and its ratio to `mean_{t≥1} ||h_t||` (SPEC §4); resid (B, T, d)."""
-    norms = resid.norm(dim=-1)  # (B, T)
-    return float(norms[:, 0].mean()), float((norms[:, 0] / norms[:, 1:].mean(-1)).mean())
+    off = switched_off(out.norm(dim=-1), values.norm(dim=-1), tau)  # (B, H, T)
+    return masked_query_mean(off.double(), mask)
 
 
 def qk_norms(w_qk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

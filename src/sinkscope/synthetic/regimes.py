@@ -29,7 +29,7 @@ import torch
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic.summary import cost_predictions, head_costs
-from sinkscope.synthetic.train import RunConfig, build_model, load_checkpoint, train_bb
+from sinkscope.synthetic.train import RunConfig, build_model, load_trained_model, train_bb
 
 # The base of every regime map: one attention-only layer (the head's output goes straight to the unembedding, so
 # how it switches off on non-trigger queries matters), d = 64, T = 33 positions with BOS, Dirichlet(0.5) bigram,
@@ -125,7 +125,7 @@ def effective_init_stds(config: RunConfig) -> tuple[float, float]:
 def wqk_change(run_dir: Path, layer: int, head: int) -> dict[str, float]:
     """Frobenius norm of the head's W_QK at initialisation (rebuilt from the run's seed) and the nuclear and
     Frobenius norms of what training added, `W_QK(final) - W_QK(init)`: the learned part's rank signature."""
-    config, model = load_checkpoint(run_dir)
+    config, model = load_trained_model(run_dir)
     initial = build_model(config)
     with torch.no_grad():
         w0 = initial.blocks[layer].attn.w_qk()[head]

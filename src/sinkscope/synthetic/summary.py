@@ -8,20 +8,19 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from sinkscope.stats.head_classes import HeadThresholds, classify_head
 from sinkscope.theory.cost_closed_forms import gbb_diagonal_nuclear, gbb_sink_cost
 
 if TYPE_CHECKING:
     from sinkscope.synthetic.config import RunConfig
 
-# A head's pattern on non-trigger queries: "null" when its rows carry < NULL_MASS in total (learned sink logit,
-# ReLU), "gated" when its mean output gate is < NULL_MASS (sigmoid gate), else "sink"/"diagonal"/"previous" when
-# ≥ PATTERN_MASS of the row's mass is on position 0/the query itself/position t-k (the copy pattern kept on every
-# query), else "dense" when the SPEC §2 entropy is ≥ DENSE_ENTROPY (close to uniform over the visible keys), else
-# "mixed". (`sinkscope.stats.patterns.head_class` classifies real-model heads over all queries, with the sink
-# score including t = 0; the lab classifies on non-trigger queries only and needs the null and gated classes.)
-NULL_MASS = 0.5
-PATTERN_MASS = 0.5
-DENSE_ENTROPY = 0.95
+# A head's pattern on non-trigger queries (`stats.head_classes.classify_head` on its masses there): "null" when its
+# rows carry < 0.5 in total (learned sink logit, ReLU), "gated" when its mean output gate is < 0.5 (sigmoid gate),
+# else "sink"/"diagonal"/"previous" when ≥ 0.5 of the row's mass is on position 0/the query itself/position t-k
+# (the copy pattern kept on every query), else "dense" when the SPEC §2 entropy is ≥ 0.95 (close to uniform over
+# the visible keys), else "mixed". analyze's classes use the same classifier with its own thresholds over all
+# queries (sink score > ε = 0.3, entropy > 0.7).
+LAB_THRESHOLDS = HeadThresholds(sink=0.5, diagonal=0.5, previous=0.5, dense=0.95, switched_off=0.5, inclusive=True)
 SWITCH_PATTERNS = ("sink", "diagonal", "null", "gated")  # the ways a head can switch off on non-trigger queries
 PATTERNS = (*SWITCH_PATTERNS, "previous", "dense", "mixed")
 
@@ -33,23 +32,13 @@ HEAD_KEYS = (
 )
 
 
-def classify_pattern(
-    bos_attn: float, diag_attn: float, prev_attn: float, row_mass: float, entropy: float, gate: float = math.nan
-) -> str:
-    """The head's pattern on non-trigger queries from its mean masses, entropy and gate (thresholds above)."""
-    if row_mass < NULL_MASS:
-        return "null"
-    if math.isfinite(gate) and gate < NULL_MASS:
-        return "gated"
-    for name, mass in (("sink", bos_attn), ("diagonal", diag_attn), ("previous", prev_attn)):
-        if mass >= PATTERN_MASS * row_mass:
-            return name
-    return "dense" if entropy >= DENSE_ENTROPY else "mixed"
-
-
 def row_pattern(row: Any) -> str:
-    """`classify_pattern` of one metrics row (a namedtuple or Series with the metrics.parquet columns)."""
-    return classify_pattern(row.bos_attn, row.diag_attn, row.prev_attn, row.row_mass, row.entropy, row.gate_plain)
+    """The lab's pattern of one metrics row (a namedtuple or Series with the metrics.parquet columns).
+
+    The lab stores the previous-token class as "previous" (summary.json, regimes.parquet, the regime figures)."""
+    pattern = classify_head(row.bos_attn, row.diag_attn, row.prev_attn, row.entropy, row_mass=row.row_mass,
+                            gate=row.gate_plain, thresholds=LAB_THRESHOLDS)  # fmt: skip
+    return "previous" if pattern == "previous-token" else pattern
 
 
 def switch_strength(row: Any) -> float:

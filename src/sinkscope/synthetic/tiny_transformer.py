@@ -30,7 +30,7 @@ from torch.nn import functional as F
 from sinkscope.errors import SinkscopeError
 
 ATTENTIONS = ("softmax", "softmax_sink", "relu", "sigmoid_gate")
-NORMS = ("layernorm", "rmsnorm")
+NORM_KINDS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 POSITIONALS = ("learned", "rope", "none")
 INITS = ("gpt2", "torch", "scaled")
@@ -56,7 +56,7 @@ class TinyTransformerConfig:
 
     def __post_init__(self) -> None:
         for name, value, allowed in (
-            ("norm", self.norm, NORMS),
+            ("norm", self.norm, NORM_KINDS),
             ("norm_position", self.norm_position, NORM_POSITIONS),
             ("positional", self.positional, POSITIONALS),
             ("attention", self.attention, ATTENTIONS),

@@ -54,7 +54,7 @@ def learning_rate(step: int, train: TrainConfig) -> float:
     return train.lr * ratio
 
 
-def load_checkpoint(run_dir: Path, step: int | None = None) -> tuple[RunConfig, TinyTransformer]:
+def load_trained_model(run_dir: Path, step: int | None = None) -> tuple[RunConfig, TinyTransformer]:
     """Config and model of a run directory, at `step` (default: the last checkpoint)."""
     run_dir = Path(run_dir)
     config = RunConfig.from_dict(json.loads((run_dir / "config.json").read_text()))

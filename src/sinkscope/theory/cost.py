@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.theory.cost_closed_forms import NORMS, PATTERNS
+from sinkscope.theory.cost_closed_forms import COST_NORMS, PATTERNS
 
 SOLVERS = ("auto", "clarabel", "scs")
 # Largest reduced dimension r for which solver="auto" uses Clarabel (interior point, exact to ~1e-9): at
@@ -144,8 +144,8 @@ def margin_cost(
     and for vocabulary-level patterns such as the gBB task (SPEC §7, `gbb_pattern_cost`); the result's
     pattern is "custom" and causal False.
     """
-    if norm not in NORMS:
-        raise SinkscopeError(f"norm must be one of {NORMS}, got {norm!r}")
+    if norm not in COST_NORMS:
+        raise SinkscopeError(f"norm must be one of {COST_NORMS}, got {norm!r}")
     if solver not in SOLVERS:
         raise SinkscopeError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if not kappa > 0:

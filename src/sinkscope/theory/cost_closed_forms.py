@@ -21,7 +21,7 @@ import math
 from sinkscope.errors import SinkscopeError
 
 PATTERNS = ("sink", "diagonal")
-NORMS = ("nuclear", "frobenius")
+COST_NORMS = ("nuclear", "frobenius")
 
 
 def _check_positive_int(name: str, value: int) -> None:
@@ -70,8 +70,8 @@ def orthonormal_cost(T: int, pattern: str, norm: str, kappa: float = 1.0) -> flo
     """The causal orthonormal closed form of `pattern` (sink, diagonal) in `norm` (nuclear, frobenius)."""
     if pattern not in PATTERNS:
         raise SinkscopeError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
-    if norm not in NORMS:
-        raise SinkscopeError(f"norm must be one of {NORMS}, got {norm!r}")
+    if norm not in COST_NORMS:
+        raise SinkscopeError(f"norm must be one of {COST_NORMS}, got {norm!r}")
     if norm == "frobenius":
         return orthonormal_frobenius(T, kappa)
     if pattern == "sink":
@@ -162,8 +162,8 @@ def gbb_cost(V: int, K: int, pattern: str, norm: str, kappa: float = 1.0) -> flo
     """The gBB vocabulary-level closed form of `pattern` (sink, diagonal) in `norm` (nuclear, frobenius)."""
     if pattern not in PATTERNS:
         raise SinkscopeError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
-    if norm not in NORMS:
-        raise SinkscopeError(f"norm must be one of {NORMS}, got {norm!r}")
+    if norm not in COST_NORMS:
+        raise SinkscopeError(f"norm must be one of {COST_NORMS}, got {norm!r}")
     if pattern == "sink":
         return gbb_sink_cost(V, K, kappa)
     if norm == "nuclear":

@@ -25,7 +25,7 @@ import numpy as np
 
 from sinkscope.errors import SinkscopeError
 
-NORMS = ("none", "post", "pre")
+NORM_PLACEMENTS = ("none", "post", "pre")
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 
@@ -142,8 +142,8 @@ def mean_expected_cosine(G: np.ndarray) -> float:
 
 
 def check_norm(norm: str, kind: str) -> None:
-    if norm not in NORMS:
-        raise SinkscopeError(f"norm must be one of {NORMS}, got {norm!r}")
+    if norm not in NORM_PLACEMENTS:
+        raise SinkscopeError(f"norm must be one of {NORM_PLACEMENTS}, got {norm!r}")
     if kind not in NORM_KINDS:
         raise SinkscopeError(f"norm kind must be one of {NORM_KINDS}, got {kind!r}")
 
