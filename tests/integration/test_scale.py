@@ -45,7 +45,7 @@ def assert_same_run(a, b):
 def test_two_process_torchrun_equals_one_process(tiny, tmp_path):
     model, corpus = tiny
     common = ["--model", str(model), "--corpus", str(corpus), "--seq-len", "24", "--max-windows", "11",
-              "--batch-size", "2", "--geometry-cap", "40"]
+              "--batch-size", "2", "--geometry-cap", "40", "--smoothing"]  # smoothing merges like the rest
     single = analyze_cli(*common, "--out", str(tmp_path / "single"))
     assert single.wait(timeout=300) == 0, single.stderr.read()
     launcher = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533")
@@ -57,7 +57,7 @@ def test_two_process_torchrun_equals_one_process(tiny, tmp_path):
 def test_killed_run_resumes_to_the_uninterrupted_result(tiny, tmp_path):
     model, corpus = tiny
     common = ["--model", str(model), "--corpus", str(corpus), "--seq-len", "16", "--max-windows", "300",
-              "--batch-size", "1", "--geometry-cap", "40", "--checkpoint-every", "5"]
+              "--batch-size", "1", "--geometry-cap", "40", "--checkpoint-every", "5", "--smoothing"]
     reference = analyze_cli(*common, "--out", str(tmp_path / "reference"))
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
     out = tmp_path / "resumed"

@@ -98,26 +98,18 @@ def test_table_shapes(tiny):
     assert {"smooth_b", "smooth_c", "smooth_dense_more", "smooth_lambda_peak"} <= set(heads.columns)
 
 
-def test_add_smoothing_merges_into_a_run(tiny):
-    import pandas as pd
+def test_smoothing_of_chosen_layers_in_an_analysis_equals_their_own_pass(tiny):
+    """analyze(smoothing=[1]) measures layer 1 only, as smoothing_analysis(layers=[1]) does in its own pass."""
+    from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
-    from sinkscope.pipelines.run import Run
-    from sinkscope.pipelines.smoothing import add_smoothing
-
-    lm, ids, (heads, layers, _) = tiny
-    run = Run(
-        meta={},
-        heads=pd.DataFrame({"layer": [1, 0] * N_HEADS, "head": sorted(list(range(N_HEADS)) * 2), "sink_score": 0.5}),
-        layers=pd.DataFrame({"layer": [0, 1], "sink_rate": [0.1, 0.2]}),
-        positions=pd.DataFrame(),
-    )
-    add_smoothing(run, lm, ids.split(3))
-    merged = run.heads.set_index(["layer", "head"]).sort_index()
-    expected = heads.set_index(["layer", "head"]).sort_index()
-    assert merged["sink_score"].eq(0.5).all()
-    assert merged["smooth_b"].to_numpy() == pytest.approx(expected["smooth_b"].to_numpy())
-    assert run.layers["smooth_cos_real"].notna().all() and "smoothing_curves" in run.extra
-    assert run.meta["smoothing"]["n_heads"] == 2 * N_HEADS
+    lm, ids, _ = tiny
+    alone, _, curves = smoothing_analysis(lm, ids.split(3), layers=[1])
+    run = analyze(lm, TokenWindows(ids, batch_size=3), AnalyzeConfig(geometry_cap=0), progress=False, smoothing=[1])
+    assert run.heads.loc[run.heads.layer == 0, "smooth_b"].isna().all()
+    got = run.heads[run.heads.layer == 1].set_index("head")["smooth_b"].sort_index()
+    assert got.to_numpy() == pytest.approx(alone.set_index("head")["smooth_b"].sort_index().to_numpy(), rel=1e-5)
+    assert len(run.extra["smoothing_curves"]) == len(curves) and run.meta["smoothing"]["n_heads"] == N_HEADS
 
 
 def test_smoothing_in_the_capture_pass_equals_its_own_pass(tiny):

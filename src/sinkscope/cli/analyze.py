@@ -105,7 +105,7 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     from sinkscope.pipelines.distributed import distributed_context
 
     with distributed_context(args.device) as group:  # under torchrun: one process (and GPU) per rank
-        rank, world = group.rank, group.world
+        rank = group.rank
         lm = load_model(
             args.model, device=group.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
             device_map=args.device_map,
@@ -115,20 +115,13 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
             args.corpus, lm.tokenizer, args.seq_len, args.max_windows,
             bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
         )  # fmt: skip
-        stream.shard = rank, world
-        smoothing_in_pass = args.smoothing and world == 1 and not args.resume
         result = analyze(
             lm, stream, config, progress=not args.quiet, checkpoint_dir=checkpoint_dir,
-            checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=smoothing_in_pass,
+            checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=args.smoothing,
         )  # fmt: skip
     if rank != 0:
         return 0
     if args.smoothing:
-        if not smoothing_in_pass:
-            from sinkscope.pipelines.smoothing import add_smoothing
-
-            stream.shard, stream.skip = (0, 1), 0  # its sums do not merge: a second pass on rank 0 alone
-            add_smoothing(result, lm, stream)
         smooth = result.meta["smoothing"]
         print(
             f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -80,7 +80,7 @@ def analyze(
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
-    smoothing: bool = False,
+    smoothing: bool | Sequence[int] = False,
 ) -> Run:
     """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows.
 
@@ -88,9 +88,9 @@ def analyze(
     Under `torch.distributed` (e.g. `torchrun`), each rank analyses the windows whose index is its rank modulo
     the world size and the statistics are all-reduced, so every rank returns the result of the whole corpus.
     With `checkpoint_dir` and `checkpoint_every` N, the feed's state is saved every N windows (per rank);
-    `resume` continues from it. The checkpoint directory is removed once the run completes. `smoothing` adds the
-    SPEC §5 tables (`SmoothingCurves`) to the same forward passes; like every statistic, it is checkpointed and
-    all-reduced. `windows` is only read, never modified.
+    `resume` continues from it. The checkpoint directory is removed once the run completes. `smoothing` (True, or
+    the layers to measure) adds the SPEC §5 tables (`SmoothingCurves`) to the same forward passes; like every
+    statistic, it is checkpointed and all-reduced. `windows` is only read, never modified.
     """
     from tqdm.auto import tqdm
 
@@ -104,8 +104,8 @@ def analyze(
     )  # fmt: skip
     fingerprint = {"config": asdict(config), "model": lm.identity, "corpus": windows.identity(), "world": world}
     fingerprint["corpus"].pop("windows", None)
-    if smoothing:
-        fingerprint["smoothing"] = True
+    if smoothing is not False:
+        fingerprint["smoothing"] = smoothing if smoothing is True else list(smoothing)
     skip = 0
     if resume and checkpoint_dir is not None:
         skip = load_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
@@ -149,7 +149,7 @@ def analyze(
         "summary": summary(heads, parts["window_sink_rate"].summary, config.thresholds),
     }
     run = Run(meta=meta, heads=heads, layers=layers, positions=positions, extra=extra)
-    if smoothing:
+    if "smoothing" in parts:
         from sinkscope.report.smoothing_section import smoothing_summary
 
         run.meta["smoothing"] = {"lambdas": list(LAMBDAS), **smoothing_summary(parts["smoothing"].heads)}
@@ -162,11 +162,17 @@ def analyze(
 
 
 def statistics_for(
-    lm: LoadedModel, seq_len: int, config: AnalyzeConfig, *, smoothing: bool = False, progress: bool = False
+    lm: LoadedModel,
+    seq_len: int,
+    config: AnalyzeConfig,
+    *,
+    smoothing: bool | Sequence[int] = False,
+    progress: bool = False,
 ) -> list[Statistic]:
     """The statistics of an analysis, in the order their columns appear: pattern scores (SPEC §2), switches
     (§3), Gu et al.'s per-window sink rate, BOS geometry and, with `geometry_cap` > 0, the half-space certificates
-    (§4), the key-token table (§2) and, with `smoothing`, the oversmoothing curves (§5)."""
+    (§4), the key-token table (§2) and, with `smoothing` (True: every layer; or a list of layers), the
+    oversmoothing curves (§5)."""
     L, H, T, device = len(lm.layers), lm.layout.n_heads, seq_len, lm.device
     statistics: list[Statistic] = [
         PatternScores(L, H, T, config.epsilon, device),
@@ -177,14 +183,18 @@ def statistics_for(
     if config.geometry_cap > 0:
         statistics.append(HalfSpaceCertificates(config.geometry_cap, config.seed, progress))
     statistics.append(KeyTokens(L, H, T, config.epsilon, lm.tokenizer, device))
-    if smoothing:
-        statistics.append(SmoothingCurves(lm, seq_len))
+    if smoothing is not False:
+        statistics.append(SmoothingCurves(lm, seq_len, None if smoothing is True else smoothing))
     return statistics
 
 
+# The two sink-rate definitions lead the layers and positions tables, as in run directories of every version.
+LEADING = {"layers": ["sink_rate", "sink_rate_of_mean"], "positions": ["sink_rate", "sink_rate_of_mean"]}
+
+
 def joined(parts: Iterable[Tables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame]]:
-    """The heads, layers and positions tables (columns of every part, joined on their keys in order) and the
-    extra tables of all parts."""
+    """The heads, layers and positions tables (columns of every part, joined on their keys in order, the
+    `LEADING` columns first after the keys) and the extra tables of all parts."""
     tables: dict[str, pd.DataFrame | None] = {"heads": None, "layers": None, "positions": None}
     keys = {"heads": ["layer", "head"], "layers": ["layer"], "positions": ["layer", "position"]}
     extra: dict[str, pd.DataFrame] = {}
@@ -194,6 +204,11 @@ def joined(parts: Iterable[Tables]) -> tuple[pd.DataFrame, pd.DataFrame, pd.Data
             if table is not None:
                 tables[name] = table if tables[name] is None else tables[name].merge(table, on=key, how="left")
         extra |= part.extra
+    for name, lead in LEADING.items():
+        table = tables[name]
+        if table is not None:
+            first = keys[name] + [c for c in lead if c in table]
+            tables[name] = table[first + [c for c in table.columns if c not in first]]
     return tables["heads"], tables["layers"], tables["positions"], extra
 
 

@@ -1,7 +1,8 @@
-"""Oversmoothing of a real model on a corpus (SPEC §5), on its own or merged into an analysis run.
+"""Oversmoothing of a real model on a corpus (SPEC §5), on its own.
 
 The streaming state and the predictions are the statistic `statistics.smoothing_curves.SmoothingCurves`; this
-module runs the forward passes for it alone (`smoothing_analysis`) and merges its tables into a `Run`.
+module runs plain forward passes for it alone (`smoothing_analysis`). Inside an analysis it is one more statistic
+of the same passes (`analyze(..., smoothing=True)`).
 """
 
 from __future__ import annotations
@@ -45,20 +46,3 @@ def smoothing_analysis(
     if curves is None:
         raise SinkscopeError("no window to measure smoothing on: the corpus gave no batch")
     return curves.tables()
-
-
-def add_smoothing(run, lm: LoadedModel, windows: Iterable[Tensor]) -> None:
-    """Run `smoothing_analysis` and merge it into an analysis `Run` (SPEC §8): per-head columns into
-    `run.heads` on (layer, head), per-layer columns into `run.layers`, the λ-curves as the extra table
-    `smoothing_curves`, and the model-level numbers into `run.meta["smoothing"]`."""
-    merge_smoothing(run, smoothing_analysis(lm, windows))
-
-
-def merge_smoothing(run, tables: SmoothingTables) -> None:
-    """Merge smoothing tables into an analysis `Run` (see `add_smoothing`)."""
-    from sinkscope.report.smoothing_section import smoothing_summary
-
-    run.heads = run.heads.merge(tables.heads, on=["layer", "head"], how="left")
-    run.layers = run.layers.merge(tables.layers, on="layer", how="left")
-    run.extra["smoothing_curves"] = tables.curves
-    run.meta["smoothing"] = {"lambdas": list(LAMBDAS), **smoothing_summary(tables.heads)}

@@ -18,8 +18,8 @@ class ReproduceConfig:
     corpus (with the §5 smoothing pass) and per anchor corpus. geometry_cap: attention inputs per layer for the
     half-space certificates. ablation_windows, ablation_fraction, random_draws: the head ablations (one
     fraction of all heads, dormant and sink-like sets against `random_draws` random sets).
-    smoothing_layer_stride: the oversmoothing columns of every stride-th layer (1: all, in the capture pass; else
-    a second pass over those layers). cost_contexts,
+    smoothing_layer_stride: the oversmoothing columns of every stride-th layer (1: all), in the capture pass.
+    cost_contexts,
     cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
     window, every `cost_layer_stride`-th layer). cost_exact_Ts: T of the exact programs checked against the
     closed forms. regimes: train the bigram-backcopy regime map (`train-bb --grid regimes`, its quick grid);

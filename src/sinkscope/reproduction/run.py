@@ -86,13 +86,8 @@ class ModelSections:
 
             lm = self.lm
             stream = windows(corpus, lm.tokenizer, c.seq_len, n_windows, seed=c.seed)
-            every_layer = smoothing and c.smoothing_layer_stride == 1
-            run = analyze(lm, stream, analyze_config, progress=True, smoothing=every_layer)
-            if smoothing and not every_layer:  # a second pass over the windows, for every stride-th layer only
-                from sinkscope.pipelines.smoothing import merge_smoothing, smoothing_analysis
-
-                layers = list(range(0, len(lm.layers), c.smoothing_layer_stride))
-                merge_smoothing(run, smoothing_analysis(lm, stream, layers=layers))
+            layers = list(range(0, len(lm.layers), c.smoothing_layer_stride)) if smoothing else False
+            run = analyze(lm, stream, analyze_config, progress=True, smoothing=layers)  # every stride-th layer
             run.save(target, overwrite=True, report=False)
 
         label = f"analyze {corpus}{' + smoothing' if smoothing else ''} ({n_windows} windows, T={c.seq_len})"
