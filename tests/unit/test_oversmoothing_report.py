@@ -1,8 +1,10 @@
-"""The report's oversmoothing section on hand-made tables: numbers by hand, figures present, gaps noted."""
+"""The report's oversmoothing section on hand-made tables: numbers by hand, figures present, gaps noted; its template
+draws the data."""
 
 import numpy as np
 import pandas as pd
 
+from sinkscope.report.page import environment
 from sinkscope.report.smoothing_section import smoothing_section, smoothing_summary
 
 
@@ -21,6 +23,10 @@ def tables():
     return pd.DataFrame(rows), layers, pd.DataFrame(curves)
 
 
+def render(section: dict) -> str:
+    return str(environment().get_template("smoothing_section.html.j2").module.smoothing_section(section))
+
+
 def test_summary_counts():
     heads, _, _ = tables()
     s = smoothing_summary(heads)
@@ -32,13 +38,26 @@ def test_summary_counts():
 
 def test_section_has_figures_and_numbers():
     heads, layers, curves = tables()
-    fragment = smoothing_section(heads, layers, curves)
-    assert fragment.count("<img") == 4
-    assert "83% of 12 heads" in fragment and "L1H2" in fragment
-    assert np.isfinite(smoothing_summary(heads)["sign_agreement"])
+    section = smoothing_section(heads, layers, curves)
+    assert section["numbers"] == {"n_heads": 12, "frac_dense_more": "83%", "frac_observed_rise": "92%",
+                                  "sign_agreement": "92%", "measured": None}  # 10/12, 11/12, 11/12
+    assert section["counteracting"] == ["L1H2"] and not section["curves_missing"]
+    assert len(section["figures"]) == 4
+    page = render(section)
+    assert page.count("<img") == 4
+    assert "83% of 12 heads satisfy 2b + c &gt; 0" in page and "(counteracting smoothing): L1H2.</p>" in page
+    assert "measured moments" not in page
+    measured = heads.assign(smooth_dense_more_measured=heads["smooth_dcos_obs"] > 0)  # agrees with every observation
+    assert "With the measured moments of the attention input instead of the linearised norm: 92% predicted, agreement 100%." in render(
+        smoothing_section(measured, layers, curves))  # fmt: skip
+    assert "(counteracting smoothing): none.</p>" in render(smoothing_section(heads.assign(smooth_dcos_obs=0.1)))
 
 
 def test_missing_columns_are_noted_not_fatal():
-    assert "Not shown" in smoothing_section(pd.DataFrame({"layer": [0], "head": [0]}))
+    assert smoothing_section(pd.DataFrame({"layer": [0], "head": [0]})) == {"numbers": None}
+    assert "Not shown: no smoothing columns in heads.parquet" in render({"numbers": None})
     heads, _, _ = tables()
-    assert "Not shown: λ-curves" in smoothing_section(heads)
+    section = smoothing_section(heads)
+    assert section["curves_missing"] and len(section["figures"]) == 2
+    assert "Not shown: λ-curves" in render(section)
+    assert np.isfinite(smoothing_summary(heads)["sign_agreement"])

@@ -1,11 +1,13 @@
 """The one page builder (`sinkscope.report.page`, issue 10): every page template extends `base.html.j2` and renders
-through `render_page`; HTML is escaped and Markdown is not; only the builder makes a Jinja2 environment; and no
-module under src/ uses pyplot or switches the matplotlib backend (figures are `Figure` objects)."""
+through `render_page`; HTML is escaped and Markdown is not; only the builder makes a Jinja2 environment; no module
+under src/ uses pyplot or switches the matplotlib backend (figures are `Figure` objects); and no module under report/
+writes HTML tags in Python strings (code builds data, templates build markup)."""
 
 from __future__ import annotations
 
 import ast
 import html
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ from sinkscope.report.page import cell_text, environment, png_figure, render_pag
 SRC = Path(__file__).resolve().parents[2] / "src" / "sinkscope"
 TEMPLATES = SRC / "report" / "templates"
 MARKER = '<meta name="generator" content="sinkscope page builder">'
-PARTS = {"base.html.j2", "macros.html.j2"}  # the skeleton and the shared macros, not pages
+# The skeleton, the shared macros and the report's section macros: parts of pages, not pages.
+PARTS = {"base.html.j2", "macros.html.j2", *(p.name for p in TEMPLATES.glob("*_section.html.j2"))}
 
 # The smallest context each page renders with (StrictUndefined: a field the template reads and this lacks fails).
 _CELL = {"sink": 0.9, "diag": 0.1, "cls": "sink", "sinks": [[1, 0.2]]}
@@ -120,3 +123,42 @@ def test_the_checks_above_can_fail():
     bad = ast.parse("import matplotlib\nmatplotlib.use('Agg')\nfrom matplotlib import pyplot\n")
     assert "matplotlib.pyplot" in _imports(bad)
     assert any(isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "use" for n in ast.walk(bad))
+
+
+# An opening or closing tag of the elements a page is made of, e.g. "<tr>", "</td>", "<p class=", "<img src=".
+HTML_TAG = re.compile(r"</?(?:table|tr|td|th|h[1-6]|p|figure|figcaption|img|details|summary|div|span|ul|ol|li|a|b|br|"
+                      r"code|pre|section)(?=[\s>/])")  # fmt: skip
+
+
+def _html_strings(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, text) of every string constant, f-string parts included, that holds an HTML tag; docstrings, which
+    describe markup rather than build it, are skipped."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }  # fmt: skip
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and HTML_TAG.search(node.value)]  # fmt: skip
+
+
+def test_no_report_module_builds_html_in_python_strings():
+    offenders = [f"{name}:{line}: {text[:60]!r}" for name, tree in _sources().items() if name.startswith("report/")
+                 for line, text in _html_strings(tree)]  # fmt: skip
+    assert offenders == [], "build the markup in report/templates/, not in Python strings"
+
+
+def test_the_html_string_check_can_fail():
+    bad = ast.parse('''
+def section(rows, title):
+    """A `<table>` of rows (a docstring may name tags)."""
+    head = "<h3>Tokens</h3><p class='note'>sorted</p>"
+    return head + f"<table>{''.join(f'<tr><td>{r}</td></tr>' for r in rows)}</table>" + f'<img src="{title}">'
+''')
+    found = sorted(text for _, text in _html_strings(bad))
+    assert found == sorted(["<h3>Tokens</h3><p class='note'>sorted</p>", "<table>", "</table>", "<tr><td>",
+                            "</td></tr>", '<img src="'])  # fmt: skip
+    harmless = ast.parse('x = "2b + c > 0 for <s> and <pad>, a <= b"\nlabel = f"L{layer}H{head}"\n')
+    assert _html_strings(harmless) == []

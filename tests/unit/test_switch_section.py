@@ -1,4 +1,5 @@
-"""The switch / geometry / ablation report section renders from run tables, with the 2×2 agreement right."""
+"""The switch / geometry / ablation report section: its data from run tables (the 2×2 agreement right, cells
+formatted), drawn by its template."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sinkscope.report.page import environment
 from sinkscope.report.switch_section import switch_section, switch_table
 
 
@@ -36,6 +38,10 @@ def _layers(n_layers: int = 3) -> pd.DataFrame:
     return frame
 
 
+def render(section: dict) -> str:
+    return str(environment().get_template("switch_section.html.j2").module.switch_section(section))
+
+
 def test_switch_table_pools_heads_per_layer():
     heads = _heads()
     table = switch_table(heads).set_index("layer")
@@ -52,8 +58,21 @@ def test_section_renders_all_panels_and_notes_missing_ones():
         {"selection": ["lowest-ahon-ln", "random", "random"], "fraction": [0.1, 0.1, 0.1], "n_heads": [1, 1, 1],
          "delta_loss": [0.01, 0.2, 0.3], "mode": ["zero"] * 3}
     )  # fmt: skip
-    html = switch_section(_heads(), _layers(), ablation)
-    assert html.count("<img") == 4 and "Not shown" not in html
-    assert "+0.2500" in html  # random baseline: mean of its draws
+    heads = _heads()
+    section = switch_section(heads, _layers(), ablation)
+    assert section["missing"] == []
+    table = section["ablation"]["table"]
+    assert table["header"] == ["selection", "fraction", "n_heads", "delta_loss", "delta_std"]
+    # random baseline: mean and sample std of its two draws; one draw has no std (an en dash)
+    assert table["rows"] == [["lowest-ahon-ln", "0.100", "1", "+0.0100", "–"], ["random", "0.100", "1", "+0.2500", "0.0707"]]
+    counts = section["switch"]["counts"]
+    assert counts["header"][:2] == ["layer", "switch_n_off_sink"] and len(counts["rows"]) == 3
+    assert counts["rows"][1][1] == str(heads[heads["layer"] == 1]["switch_n_off_sink"].sum())
+    page = render(section)
+    assert page.count("<img") == 4 and "Not shown" not in page and "+0.2500" in page
+    assert "<details><summary>2×2 counts per layer</summary><table>" in page
     partial = switch_section(_heads().drop(columns=["switch_n_on_sink"]), _layers().drop(columns=["gamma1"]))
-    assert partial.count("<img") == 1 and "switch counts missing" in partial and "gamma1/gamma2 missing" in partial
+    assert partial["switch"] is None and partial["geometry"] is None and partial["ablation"] is None
+    page = render(partial)
+    assert page.count("<img") == 1 and "<details>" not in page
+    assert '<p class="note">Not shown: switch counts missing from heads.parquet; gamma1/gamma2 missing from layers.parquet.</p>' in page

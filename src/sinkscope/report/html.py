@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Protocol
 
 import pandas as pd
-from markupsafe import Markup
 
 from sinkscope.report import plots
 from sinkscope.report.page import cell_text, png_figure, render_page, write_page
@@ -88,15 +87,17 @@ def run_figures(run: ReportedRun) -> list[tuple[str, str, bytes]]:
     ]
 
 
-def _extra_sections(run: ReportedRun) -> str:
-    """The sections a run has the tables for: secondary sinks, switches and geometry, oversmoothing."""
+def _extra_sections(run: ReportedRun) -> dict:
+    """The data of the sections a run has the tables for (the `*_section.html.j2` templates draw them): secondary
+    sinks (None without a key-token table), switches and geometry, oversmoothing (None unless analyze --smoothing)."""
     meta = run.meta
-    body = tokens_section(run.extra.get("tokens"), run.extra.get("token_layers"), meta["corpus"].get("bos_id"),
-                          meta["summary"]["epsilon"])  # fmt: skip
-    body += switch_section(run.heads, run.layers, run.extra.get("ablation"))
+    tokens = tokens_section(run.extra.get("tokens"), run.extra.get("token_layers"), meta["corpus"].get("bos_id"),
+                            meta["summary"]["epsilon"])  # fmt: skip
+    switch = switch_section(run.heads, run.layers, run.extra.get("ablation"))
+    smoothing = None
     if "smooth_b" in run.heads.columns:  # analyze --smoothing
-        body += smoothing_section(run.heads, run.layers, run.extra.get("smoothing_curves"))
-    return body
+        smoothing = smoothing_section(run.heads, run.layers, run.extra.get("smoothing_curves"))
+    return {"tokens": tokens, "switch": switch, "smoothing": smoothing}
 
 
 def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> dict:
@@ -127,7 +128,7 @@ def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> 
             "title": f"Run {run_label(run, index)}",
             "details": details,
             "figures": [png_figure(png, caption) for _, caption, png in figures],
-            "sections": Markup(extras),  # built (and escaped) by the section modules
+            "sections": extras,
         })  # fmt: skip
     if len(runs) == 1:
         heading = f"sinkscope report: {figure_label(runs[0])}"

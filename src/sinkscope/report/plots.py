@@ -6,8 +6,6 @@ backend switch at import: the caller's matplotlib setup is left alone); `figure_
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import logging
 import warnings
@@ -42,13 +40,6 @@ def labelled(text: str) -> Iterator[None]:
         yield
     finally:
         FIGURE_LABEL.reset(token)
-
-
-def embed_png(png: bytes, caption: str) -> str:
-    """An HTML `<figure>` with the PNG inlined as base64 (the report stays one self-contained file)."""
-    data = base64.b64encode(png).decode()
-    caption = html.escape(caption)
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
 
 
 def has_columns(frame: pd.DataFrame | None, *columns: str) -> bool:

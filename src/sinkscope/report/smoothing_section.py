@@ -1,6 +1,7 @@
-"""The report's oversmoothing section (SPEC §5, issue 4 part 3), as an HTML fragment.
+"""The report's oversmoothing section (SPEC §5, issue 4 part 3): `smoothing_section` builds the data (the summary
+numbers as text, figures), `templates/smoothing_section.html.j2` the markup.
 
-Figures (matplotlib Agg, embedded as base64 PNG): predicted vs observed λ-curves for a few heads, the fraction
+Figures (`matplotlib.figure.Figure`, embedded as base64 PNG): predicted vs observed λ-curves for a few heads, the fraction
 of heads per layer with `2b + c > 0` beside the fraction whose observed cosine rises, a scatter of predicted vs
 observed Δcos = cos(λ=1) - cos(λ=0), and the whole-layer curve ends beside the layer's real attention. Input:
 the three tables of `sinkscope.pipelines.smoothing.smoothing_analysis`; missing tables or columns are noted, not fatal.
@@ -12,13 +13,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import embed_png, figure_png, has_columns
+from sinkscope.report.page import png_figure
+from sinkscope.report.plots import figure_png, has_columns
 
 HEAD_COLUMNS = ("layer", "head", "smooth_b", "smooth_c", "smooth_dense_more", "smooth_dcos_pred", "smooth_dcos_obs")
 
 
-def _img(fig: Figure, caption: str) -> str:
-    return embed_png(figure_png(fig), caption)
+def _png(fig: Figure, caption: str) -> dict[str, str]:
+    return png_figure(figure_png(fig), caption)
 
 
 def smoothing_summary(heads: pd.DataFrame) -> dict:
@@ -124,30 +126,32 @@ def layer_figure(layers: pd.DataFrame, curves: pd.DataFrame) -> Figure:
     return fig
 
 
-def smoothing_section(heads: pd.DataFrame, layers: pd.DataFrame | None = None, curves: pd.DataFrame | None = None) -> str:
-    """HTML fragment (an `<h2>` section) with the oversmoothing numbers and figures of SPEC §5."""
-    parts = ["<h2>Oversmoothing: does dense attention smooth more?</h2><p class='note'>Definitions: docs/theory/oversmoothing.md</p>"]
+def smoothing_section(heads: pd.DataFrame, layers: pd.DataFrame | None = None, curves: pd.DataFrame | None = None
+                      ) -> dict:  # fmt: skip
+    """What the section shows: `numbers` (None without the smoothing columns; else the summary's shares as
+    percentages, and the measured-moments ones or None), the observed counteracting heads (the first 40, as
+    "L1H2"), the figures, and whether the λ-curves are missing."""
     if not has_columns(heads, *HEAD_COLUMNS):
-        return parts[0] + '<p class="note">Not shown: no smoothing columns in heads.parquet (run analyze --smoothing).</p>'
+        return {"numbers": None}
     s = smoothing_summary(heads)
-    text = (
-        f"{s['frac_dense_more']:.0%} of {s['n_heads']} heads satisfy 2b + c &gt; 0 (dense attention predicted to "
-        f"smooth more than the identity); observed: the cosine rises from λ = 0 to 1 for {s['frac_observed_rise']:.0%}; "
-        f"predicted and observed signs agree for {s['sign_agreement']:.0%}."
-    )
+    measured = None
     if "sign_agreement_measured" in s:
-        text += (
-            f" With the measured moments of the attention input instead of the linearised norm: "
-            f"{s['frac_dense_more_measured']:.0%} predicted, agreement {s['sign_agreement_measured']:.0%}."
-        )
-    counter = ", ".join(f"L{layer}H{head}" for layer, head in s["observed_counteracting"][:40]) or "none"
-    parts.append(f"<p>{text}</p><p>Heads whose observed cosine falls with density (counteracting smoothing): {counter}.</p>")
-    parts.append(_img(fraction_figure(heads), "Fraction of heads per layer with 2b + c > 0, and observed"))
-    parts.append(_img(scatter_figure(heads), "Predicted vs observed Δcos = cos(λ=1) − cos(λ=0), one point per head"))
-    if has_columns(curves, "layer", "head", "lam", "cos_pred", "cos_obs"):
-        parts.append(_img(curves_figure(heads, curves), "Predicted vs observed λ-curves for a few heads"))
+        measured = {"frac_dense_more": f"{s['frac_dense_more_measured']:.0%}",
+                    "sign_agreement": f"{s['sign_agreement_measured']:.0%}"}  # fmt: skip
+    figures = [
+        _png(fraction_figure(heads), "Fraction of heads per layer with 2b + c > 0, and observed"),
+        _png(scatter_figure(heads), "Predicted vs observed Δcos = cos(λ=1) − cos(λ=0), one point per head"),
+    ]
+    has_curves = has_columns(curves, "layer", "head", "lam", "cos_pred", "cos_obs")
+    if has_curves:
+        figures.append(_png(curves_figure(heads, curves), "Predicted vs observed λ-curves for a few heads"))
         if has_columns(layers, "layer", "smooth_cos_input", "smooth_cos_real"):
-            parts.append(_img(layer_figure(layers, curves), "Whole layer: λ = 0, λ = 1 and the real attention pattern"))
-    else:
-        parts.append('<p class="note">Not shown: λ-curves (no smoothing curves table).</p>')
-    return "\n".join(parts)
+            figures.append(_png(layer_figure(layers, curves), "Whole layer: λ = 0, λ = 1 and the real attention pattern"))
+    return {
+        "numbers": {"n_heads": s["n_heads"], "frac_dense_more": f"{s['frac_dense_more']:.0%}",
+                    "frac_observed_rise": f"{s['frac_observed_rise']:.0%}",
+                    "sign_agreement": f"{s['sign_agreement']:.0%}", "measured": measured},
+        "counteracting": [f"L{layer}H{head}" for layer, head in s["observed_counteracting"][:40]],
+        "figures": figures,
+        "curves_missing": not has_curves,
+    }  # fmt: skip

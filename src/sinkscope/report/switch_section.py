@@ -1,6 +1,7 @@
-"""The report's switch / geometry / ablation section (SPEC §3-4, issue 3 part 4), as an HTML fragment.
+"""The report's switch / geometry / ablation section (SPEC §3-4, issue 3 part 4): `switch_section` builds the data
+(figures, table cell texts, notes), `templates/switch_section.html.j2` the markup.
 
-Figures (matplotlib Agg, embedded as base64 PNG): the 2×2 switched-off × hard-sink table per layer, the sink
+Figures (`matplotlib.figure.Figure`, embedded as base64 PNG): the 2×2 switched-off × hard-sink table per layer, the sink
 margin γ1·γ2 per layer beside the BOS cosine curve, value drain and AHON-LN per head, and the ablation curves
 (loss change against the fraction of heads removed, random baseline beside each score). Panels whose columns
 a run lacks are left out with a note, so older run directories still render.
@@ -8,13 +9,12 @@ a run lacks are left out with a note, so older run directories still render.
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import embed_png, figure_png, has_columns
+from sinkscope.report.page import png_figure
+from sinkscope.report.plots import figure_png, has_columns
 
 SWITCH_COUNTS = ("switch_n_off_sink", "switch_n_off_nosink", "switch_n_on_sink", "switch_n_on_nosink")
 SELECTION_COLORS = {"lowest-ahon-ln": "#2471a3", "highest-hard-sink": "#c0392b", "random": "#7f8c8d"}
@@ -135,52 +135,47 @@ def ablation_figure(curve: pd.DataFrame) -> Figure:
 
 
 def _cell(value, spec: str) -> str:
+    """One cell's text: an en dash for a missing value, `spec` "d" an integer, else `format(value, spec)`."""
     if pd.isna(value):
         return "–"
-    return str(int(value)) if spec == "d" else html.escape(format(value, spec))
+    return str(int(value)) if spec == "d" else format(value, spec)
 
 
-def _table(frame: pd.DataFrame, formats: dict[str, str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in formats)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="num">{_cell(row[c], f)}</td>' for c, f in formats.items()) + "</tr>"
-        for _, row in frame.iterrows()
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+def _table(frame: pd.DataFrame, formats: dict[str, str]) -> dict:
+    """The `table` macro's header and rows: the columns of `formats`, each cell formatted by its spec."""
+    return {"header": list(formats), "rows": [[_cell(row[c], f) for c, f in formats.items()] for _, row in frame.iterrows()]}
 
 
-def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataFrame | None = None) -> str:
-    """HTML fragment (an `<h2>` section) with the switch, geometry, per-head and ablation panels."""
-    parts = ["<h2>Attention switch, sink geometry and ablations</h2>"]
-    notes = []
+def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataFrame | None = None) -> dict:
+    """What the section shows: each panel (figure, and the 2×2 counts or ablation table) or None when the run lacks
+    its columns, and `missing`, the notes on the panels left out."""
+    section = {"switch": None, "geometry": None, "head_grid": None, "ablation": None, "missing": []}
     if has_columns(heads, "layer", "head", *SWITCH_COUNTS):
-        parts.append(embed_png(figure_png(switch_figure(heads)), "Switched-off × hard-sink per layer (docs/theory/geometry.md, the hard switch)"))
-        table = switch_table(heads)
-        parts.append(
-            "<details><summary>2×2 counts per layer</summary>"
-            + _table(table, {"layer": "d", **dict.fromkeys(SWITCH_COUNTS, ".0f"), "agreement": ".3f",
-                             "off_given_sink": ".3f"})  # fmt: skip
-            + "</details>"
-        )
+        section["switch"] = {
+            "figure": png_figure(figure_png(switch_figure(heads)),
+                                 "Switched-off × hard-sink per layer (docs/theory/geometry.md, the hard switch)"),
+            "counts": _table(switch_table(heads), {"layer": "d", **dict.fromkeys(SWITCH_COUNTS, ".0f"),
+                                                   "agreement": ".3f", "off_given_sink": ".3f"}),
+        }  # fmt: skip
     else:
-        notes.append("switch counts missing from heads.parquet")
+        section["missing"].append("switch counts missing from heads.parquet")
     if has_columns(layers, "layer", "gamma1", "gamma2"):
-        parts.append(embed_png(figure_png(geometry_figure(layers)), "Sink margin γ1·γ2 and BOS cosine per layer (docs/theory/geometry.md, sink representability)"))
+        section["geometry"] = png_figure(figure_png(geometry_figure(layers)),
+                                         "Sink margin γ1·γ2 and BOS cosine per layer (docs/theory/geometry.md, sink representability)")  # fmt: skip
     else:
-        notes.append("gamma1/gamma2 missing from layers.parquet")
+        section["missing"].append("gamma1/gamma2 missing from layers.parquet")
     if has_columns(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
-        parts.append(embed_png(figure_png(head_grid_figure(heads)), "Value drain and AHON-LN per head (docs/statistics.md)"))
+        section["head_grid"] = png_figure(figure_png(head_grid_figure(heads)),
+                                          "Value drain and AHON-LN per head (docs/statistics.md)")  # fmt: skip
     if has_columns(ablation, "selection", "fraction", "delta_loss"):
-        parts.append(embed_png(figure_png(ablation_figure(ablation)), "Loss change when heads are switched off"))
         summary = (
             ablation.groupby(["selection", "fraction"])
             .agg(n_heads=("n_heads", "first"), delta_loss=("delta_loss", "mean"), delta_std=("delta_loss", "std"))
             .reset_index()
         )
-        parts.append(
-            _table(summary, {"selection": "s", "fraction": ".3f", "n_heads": "d", "delta_loss": "+.4f",
-                             "delta_std": ".4f"})  # fmt: skip
-        )
-    if notes:
-        parts.append(f'<p class="note">Not shown: {html.escape("; ".join(notes))}.</p>')
-    return "\n".join(parts)
+        section["ablation"] = {
+            "figure": png_figure(figure_png(ablation_figure(ablation)), "Loss change when heads are switched off"),
+            "table": _table(summary, {"selection": "s", "fraction": ".3f", "n_heads": "d", "delta_loss": "+.4f",
+                                      "delta_std": ".4f"}),
+        }  # fmt: skip
+    return section

@@ -2,20 +2,21 @@
 
 Lists the non-BOS tokens with the largest `sink_frac` among those seen at least `MIN_OCCURRENCES` times (rarer
 tokens give fractions too noisy to rank), and a heatmap of where in depth each one acts (`sink_frac` per layer).
+`tokens_section` builds the data (cell texts, the figure); `templates/tokens_section.html.j2` builds the markup.
 """
 
 from __future__ import annotations
-
-import html
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import embed_png, figure_png, has_columns
+from sinkscope.report.page import png_figure
+from sinkscope.report.plots import figure_png, has_columns
 
 MIN_OCCURRENCES = 20
 TOP = 12
+HEADER = ("token", "id", "n", "received_mean", "sink_frac")
 
 
 def top_sink_tokens(tokens: pd.DataFrame, bos_id: int | None, min_count: int = MIN_OCCURRENCES, top: int = TOP
@@ -42,29 +43,17 @@ def depth_heatmap(top: pd.DataFrame, token_layers: pd.DataFrame) -> Figure:
 
 
 def tokens_section(tokens: pd.DataFrame | None, token_layers: pd.DataFrame | None, bos_id: int | None,
-                   epsilon: float) -> str:  # fmt: skip
-    """HTML of the section, or "" for a run without a key-token table."""
+                   epsilon: float) -> dict | None:  # fmt: skip
+    """What the section shows, or None for a run without a key-token table: ε and the occurrence floor for its
+    note, the table's cell texts (no rows: no token other than BOS is frequent enough) and the depth heatmap (None
+    without the per-layer table)."""
     if not has_columns(tokens, "token_id", "token", "n", "received_mean", "sink_frac"):
-        return ""
-    head = (
-        "<h3>Secondary sinks: which tokens besides BOS receive attention</h3><p class='note'>"
-        f"received = mean attention a token at position 1..T-2 gets from later tokens; sink_frac = fraction of "
-        f"(occurrence, layer, head) with received &gt; ε = {epsilon}. Tokens seen at least {MIN_OCCURRENCES} "
-        "times, BOS excluded (docs/statistics.md).</p>"
-    )
+        return None
     top = top_sink_tokens(tokens, bos_id)
-    if top.empty:
-        return head + f"<p class='note'>No token other than BOS occurs {MIN_OCCURRENCES} times or more.</p>"
-    rows = "".join(
-        f"<tr><td>{html.escape(repr(row.token))}</td><td class='num'>{row.token_id}</td><td class='num'>{row.n}"
-        f"</td><td class='num'>{row.received_mean:.3f}</td><td class='num'>{row.sink_frac:.3f}</td></tr>"
-        for row in top.itertuples()
-    )
-    table = (
-        "<table><tr><th>token</th><th>id</th><th>n</th><th>received_mean</th><th>sink_frac</th></tr>"
-        f"{rows}</table>"
-    )
-    figure = ""
-    if has_columns(token_layers, "token_id", "layer", "sink_frac"):
-        figure = embed_png(figure_png(depth_heatmap(top, token_layers)), "Where in depth the listed tokens act")
-    return head + table + figure
+    rows = [[repr(row.token), str(row.token_id), str(row.n), f"{row.received_mean:.3f}", f"{row.sink_frac:.3f}"]
+            for row in top.itertuples()]  # fmt: skip
+    figure = None
+    if not top.empty and has_columns(token_layers, "token_id", "layer", "sink_frac"):
+        figure = png_figure(figure_png(depth_heatmap(top, token_layers)), "Where in depth the listed tokens act")
+    return {"epsilon": str(epsilon), "min_occurrences": MIN_OCCURRENCES, "header": HEADER, "rows": rows,
+            "figure": figure}  # fmt: skip
