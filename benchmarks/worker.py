@@ -187,6 +187,10 @@ def measure(args: argparse.Namespace) -> dict:
     lm = sinkscope.load_model(args.model, attn_implementation="eager" if eager else "sdpa")
     if args.layers:
         keep_layers(lm, args.layers)
+    if args.beyond_context:  # cost only: positions past the trained context give meaningless numbers
+        import sinkscope.pipelines.analysis as analysis
+
+        analysis.check_seq_len = lambda lm, seq_len: None
     ids = torch.load(args.ids, weights_only=True)  # (N, T) token ids, BOS first
     run, scores = make_job(args.method, lm, ids, args.batch)
     for parameter in lm.model.parameters():  # safetensors weights are mapped lazily: page them in now, so
@@ -238,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1, help="1: run one batch before timing; 0: don't")
     parser.add_argument("--layers", type=int, default=0, help="keep only the first N decoder layers (0: all)")
+    parser.add_argument("--beyond-context", action="store_true",
+                        help="let sinkscope run windows longer than the model's context (to time and size them only)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(json.dumps(measure(args)))
