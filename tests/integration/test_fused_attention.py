@@ -78,10 +78,12 @@ FAMILIES = {  # name -> layers expected on the fused path (of 3)
 
 
 def run_both_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, monkeypatch):
-    """The analysis by the default routing and with the fused path switched off; fused layer calls counted."""
+    """The analysis by the default routing (with the short-window block-path rule off, so these short windows take
+    the fused path wherever it is exact) and with the fused path switched off; fused layer calls counted."""
     calls = []
     fused = attention.fused_attention
     with monkeypatch.context() as patch:
+        patch.setattr(attention, "BLOCKED_UP_TO_SEQ_LEN", 0)
         patch.setattr(attention, "fused_attention", lambda *a: calls.append(1) or fused(*a))
         default = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
@@ -139,3 +141,12 @@ def test_cuda_takes_the_blocked_path_and_equals_the_cpu_run():
     gpu = analyze(lm, TokenWindows(ids), config, progress=False)
     numeric = cpu.heads.select_dtypes("number").columns
     pd.testing.assert_frame_equal(cpu.heads[numeric], gpu.heads[numeric], atol=1e-5, rtol=1e-5)
+
+
+def test_windows_up_to_the_threshold_take_the_block_path():
+    """Exact fused attention is taken only for windows longer than BLOCKED_UP_TO_SEQ_LEN tokens."""
+    limit = attention.BLOCKED_UP_TO_SEQ_LEN
+    for length, expected in ((limit, False), (limit + 1, True)):
+        q = torch.zeros(1, 2, length, 8)
+        assert attention.fused_eligible(q, q, None, None) is expected
+    assert not attention.fused_eligible(torch.zeros(1, 2, limit + 1, 8), torch.zeros(1, 2, limit + 1, 4), None, None)

@@ -32,6 +32,11 @@ NAME = "sinkscope"
 # enough for the q·kᵀ product to run at matrix speed.
 BLOCK_ELEMENTS = 1 << 20
 
+# Windows of at most this many tokens take the block path even where the fused path is exact: measured as fast
+# or faster there (SmolLM2, T = 128, 256, 512 on 1 and 2 threads; docs/performance.md), while the fused path wins
+# from T = 1024 on.
+BLOCKED_UP_TO_SEQ_LEN = 512
+
 BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 """`observer(layer, q_start, probs (B,H,Q,K), entropy (B,H,Q) nats, out (B,H,Q,Dv))` for every block."""
 
@@ -126,11 +131,13 @@ def blocked_attention(
 
 
 def fused_eligible(query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None) -> bool:
-    """Whether `fused_attention` computes this call exactly: plain causal attention (transformers' sdpa mask
-    function returns no mask then: no padding, no sliding window shorter than T), no logit softcap, equal head
-    sizes for q and v (the CPU flash kernel needs them), on the CPU."""
+    """Whether to take `fused_attention`: it computes this call exactly (plain causal attention — transformers'
+    sdpa mask function returns no mask then: no padding, no sliding window shorter than T —, no logit softcap,
+    equal head sizes for q and v as the CPU flash kernel needs, on the CPU) and the window is longer than
+    `BLOCKED_UP_TO_SEQ_LEN`, below which the block path is as fast."""
     return (
-        attention_mask is None
+        query.shape[-2] > BLOCKED_UP_TO_SEQ_LEN
+        and attention_mask is None
         and softcap is None
         and query.shape[-1] == value.shape[-1]
         and query.device.type == "cpu"
