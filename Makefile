@@ -5,7 +5,7 @@ STAMP := .venv/.sinkscope-installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test install lint bench
+.PHONY: demo test install lint bench bench-quick
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv .venv
@@ -37,3 +37,10 @@ test: $(STAMP) $(CHROMIUM) lint
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py
+
+# The issue-12 ratio table: T = 256 … 16384 on 1 and 2 threads, one timed pass each (about an hour on 2 cores;
+# T = 16384 is past SmolLM2's context of 8192: timed and sized only).
+bench-quick: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py --seq-lens 256,1024,4096,16384 --windows 8,2,1,1 --batch 8,2,1,1 \
+		--threads 1,2 --repeats 1 --no-warmup --methods floor,sinkscope,attentions --no-geometry \
+		--depth-seq-len 0 --out runs/bench/quick.json

@@ -81,6 +81,8 @@ def run_worker(
     batch: int,
     repeats: int,
     layers: int = 0,
+    threads: int = 2,
+    beyond_context: bool = False,
 ) -> dict:
     """One method in a fresh process; its JSON result, or {"note": why it failed}."""
     flags = {
@@ -89,11 +91,14 @@ def run_worker(
         "--ids": ids_path,
         "--batch": batch,
         "--repeats": repeats,
-        "--threads": args.threads,
+        "--threads": threads,
         "--layers": layers,
-        "--warmup": 0 if method == "sinkscope-geom" else 1,  # its warm-up would solve the certificates twice
+        # the geometry run's warm-up would solve the certificates twice
+        "--warmup": 0 if method == "sinkscope-geom" or args.no_warmup else 1,
     }
     command = [python, str(HERE / "worker.py"), *(str(item) for pair in flags.items() for item in pair)]
+    if beyond_context:
+        command.append("--beyond-context")
     load, busy, children = (
         os.getloadavg()[0],
         busy_cpu_seconds(),
@@ -113,7 +118,9 @@ def run_worker(
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return {"method": method, "note": f"failed (exit {done.returncode}): {last}"}
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result |= {"load_before": load, "others_cpu_share": max(0.0, others), "wall_seconds": wall}
+    result |= {"load_before": load, "others_cpu_share": max(0.0, others), "wall_seconds": wall, "threads": threads}
+    if beyond_context:
+        result["note"] = (result.get("note", "") + " beyond the model's context: cost only").strip()
     return result
 
 
@@ -135,12 +142,13 @@ def ratio(value: float | None, floor: float | None) -> str:
 
 def result_table(rows: list[dict], floors: dict) -> list[str]:
     lines = [
-        "| T | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | others' CPU | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| T | threads | method | windows × batch | tokens/s | × floor | tokens/CPU-s | × floor | extra RSS (GB) | × floor | others' CPU | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        floor = floors.get((row["seq_len"], row.get("layers_kept", 0)), {})
-        cells = [f"{row['seq_len']}", row["method"], f"{row.get('windows', '')} × {row.get('batch', '')}"]
+        floor = floors.get((row["seq_len"], row.get("threads"), row.get("layers_kept", 0)), {})
+        cells = [f"{row['seq_len']}", f"{row.get('threads', '')}", row["method"],
+                 f"{row.get('windows', '')} × {row.get('batch', '')}"]  # fmt: skip
         for key, scale, digits in (
             ("tokens_per_second", 1, 0),
             ("tokens_per_cpu_second", 1, 0),
@@ -166,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int_list, default=[32, 8, 2], help="windows per length")
     parser.add_argument("--batch", type=int_list, default=[8, 2, 1], help="batch size per length")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the windows (median)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int_list, default=[2], help="torch threads; several: each length on each")
+    parser.add_argument("--no-warmup", action="store_true", help="time the first pass (long T: halves the run)")
     parser.add_argument("--methods", default="floor,sinkscope,attentions,transformerlens")
     parser.add_argument(
         "--tl-python",
@@ -197,11 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     import sinkscope
 
     lm = sinkscope.load_model(args.model)
-    tokenizer, n_layers, n_heads = lm.tokenizer, len(lm.layers), lm.layout.n_heads
+    tokenizer, n_layers, n_heads, context = lm.tokenizer, len(lm.layers), lm.layout.n_heads, lm.max_positions
     del lm
     started, load_start = time.time(), os.getloadavg()
     print(
-        f"# {args.model}: {n_layers} layers × {n_heads} heads; torch {torch.__version__}, {args.threads} threads; "
+        f"# {args.model}: {n_layers} layers × {n_heads} heads; torch {torch.__version__}, threads {args.threads}; "
         f"sinkscope at {source_state()}; load average {load_start[0]:.2f}",
         flush=True,
     )
@@ -212,39 +221,42 @@ def main(argv: list[str] | None = None) -> int:
             ids_path = Path(scratch) / f"ids_{T}.pt"
             torch.save(ids, ids_path)
             print(f"# T={T}: {len(ids)} windows of {source}, batch {batch}", flush=True)
-            by_method = {}
-            extra_methods = [] if args.no_geometry or T != args.seq_lens[0] else ["sinkscope-geom"]
-            for method in methods + extra_methods:
-                python = args.tl_python if method == "transformerlens" else sys.executable
-                needed = map_bytes(n_layers, batch, n_heads, T)
-                if method in ("attentions", "transformerlens") and needed > args.max_map_gb * GB:
-                    result = {
-                        "method": method,
-                        "note": f"skipped: maps need {needed / GB:.1f} GB (L·B·H·T²·4)",
-                    }
-                elif method == "transformerlens" and not Path(python).exists():
-                    result = {"method": method, "note": f"skipped: no TransformerLens venv at {python}"}
-                else:
-                    repeats = 1 if method == "sinkscope-geom" else args.repeats
-                    result = run_worker(python, method, ids_path, args, batch, repeats)
-                result.setdefault("seq_len", T)
-                if method == "sinkscope-geom" and "geometry_seconds" in result:
-                    result["note"] = (
-                        f"certificates: {result['geometry_seconds']:.1f} s after the forward passes"
-                    )
-                by_method[method] = result
-                rows.append(result)
-                if method == "floor":
-                    floors[(T, 0)] = result
-                print("\n".join(result_table([result], floors)[2:]), flush=True)
-            for other in ("attentions", "transformerlens"):
-                if "sinkscope" in by_method and other in by_method:
-                    diffs = {
-                        name: max_abs_diff(by_method["sinkscope"], by_method[other], name)
-                        for name in ("sink_score", "diag_score")
-                    }
-                    if None not in diffs.values():
-                        agreement.append({"seq_len": T, "against": other, **diffs})
+            beyond = context is not None and T > context  # SmolLM2: 8192; sinkscope refuses longer windows
+            for threads in args.threads:
+                by_method = {}
+                extra_methods = [] if args.no_geometry or T != args.seq_lens[0] else ["sinkscope-geom"]
+                for method in methods + extra_methods:
+                    python = args.tl_python if method == "transformerlens" else sys.executable
+                    needed = map_bytes(n_layers, batch, n_heads, T)
+                    if method in ("attentions", "transformerlens") and needed > args.max_map_gb * GB:
+                        result = {
+                            "method": method,
+                            "note": f"skipped: maps need {needed / GB:.1f} GB (L·B·H·T²·4)",
+                        }
+                    elif method == "transformerlens" and not Path(python).exists():
+                        result = {"method": method, "note": f"skipped: no TransformerLens venv at {python}"}
+                    else:
+                        repeats = 1 if method == "sinkscope-geom" else args.repeats
+                        result = run_worker(python, method, ids_path, args, batch, repeats, 0, threads, beyond)
+                    result.setdefault("seq_len", T)
+                    result.setdefault("threads", threads)
+                    if method == "sinkscope-geom" and "geometry_seconds" in result:
+                        result["note"] = (
+                            f"certificates: {result['geometry_seconds']:.1f} s after the forward passes"
+                        )
+                    by_method[method] = result
+                    rows.append(result)
+                    if method == "floor":
+                        floors[(T, threads, 0)] = result
+                    print("\n".join(result_table([result], floors)[2:]), flush=True)
+                for other in ("attentions", "transformerlens"):
+                    if "sinkscope" in by_method and other in by_method:
+                        diffs = {
+                            name: max_abs_diff(by_method["sinkscope"], by_method[other], name)
+                            for name in ("sink_score", "diag_score")
+                        }
+                        if None not in diffs.values():
+                            agreement.append({"seq_len": T, "threads": threads, "against": other, **diffs})
         depth = []
         if args.depth_seq_len:
             T = args.depth_seq_len
@@ -253,10 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             torch.save(ids, ids_path)
             for layers in args.depth_layers:
                 for method in ("floor", "sinkscope", "attentions"):
-                    result = run_worker(sys.executable, method, ids_path, args, 2, 1, layers)
+                    result = run_worker(sys.executable, method, ids_path, args, 2, 1, layers, args.threads[0])
                     result |= {"seq_len": T, "layers_kept": layers}
                     if method == "floor":
-                        floors[(T, layers)] = result
+                        floors[(T, args.threads[0], layers)] = result
                     depth.append(result)
                     print(
                         f"# depth {layers}: {method} extra RSS {result.get('extra_rss', 0) / GB:.2f} GB "
@@ -268,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = result_table(rows, floors)
     lines += [
         "",
-        "| T | compared with | max abs diff sink_score | max abs diff diag_score |",
-        "|---|---|---|---|",
+        "| T | threads | compared with | max abs diff sink_score | max abs diff diag_score |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {a['seq_len']} | {a['against']} | {a['sink_score']:.2e} | {a['diag_score']:.2e} |"
+        f"| {a['seq_len']} | {a['threads']} | {a['against']} | {a['sink_score']:.2e} | {a['diag_score']:.2e} |"
         for a in agreement
     ]
     if depth:
@@ -284,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             "|---|---|---|---|---|",
         ]
         for row in depth:
-            floor = floors.get((row["seq_len"], row["layers_kept"]), {})
+            floor = floors.get((row["seq_len"], row["threads"], row["layers_kept"]), {})
             extra = row.get("extra_rss")
             lines.append(
                 f"| {row['layers_kept']} | {row['method']} | "
