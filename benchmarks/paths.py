@@ -7,10 +7,10 @@ over rounds of that ratio, by wall clock and by this process's CPU time (user + 
 
 Methods (SmolLM2 by default, float32, `AnalyzeConfig(geometry_cap=0)`):
   floor        `lm.base(input_ids, use_cache=False)`, sdpa, no outputs
-  sinkscope    `analyze`: the fused path on every layer that admits it (all of SmolLM2's)
-  no-columns   `analyze` with the fused path's second kernel call (column sums and entropy) replaced by
-               constants: its numbers are wrong on purpose; it only prices the second call
-  blocked      `analyze` with the fused path switched off (the query-block path of every earlier release)
+  sinkscope    `analyze` with the default routing (`capture.attention.attention_path`)
+  rows         `analyze` with every plain causal layer on the rows path, whatever T
+  fused        `analyze` with every plain causal layer on the fused path (two flash-kernel calls), whatever T
+  blocked      `analyze` with every layer on the block path (the path of every release before the fused one)
 "others' CPU" is the share of all cores that other processes used during the rounds (from /proc/stat).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/paths.py --seq-len 1024 --windows 2 --batch 2 --threads 1
@@ -27,7 +27,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-METHODS = ("floor", "sinkscope", "no-columns", "blocked")
+METHODS = ("floor", "sinkscope", "rows", "fused", "blocked")
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -45,22 +45,13 @@ def variant(method: str):
 
     with ExitStack() as stack:
         if method == "blocked":
-            original = attention.fused_eligible
-            attention.fused_eligible = lambda *a: False
-            stack.callback(setattr, attention, "fused_eligible", original)
-        elif method == "no-columns":
-            original_flash = attention._flash
-            calls = {"n": 0}
-
-            def first_call_only(query, key, value, scaling):  # the second call of each layer returns constants
-                calls["n"] += 1
-                if calls["n"] % 2:
-                    return original_flash(query, key, value, scaling)
-                B, H, T, _ = query.shape
-                return value.new_zeros(value.shape), torch.zeros(B, H, T)  # log c_k = 0: the row-sum check holds
-
-            attention._flash = first_call_only
-            stack.callback(setattr, attention, "_flash", original_flash)
+            original = attention.attention_path
+            attention.attention_path = lambda *a: "blocks"
+            stack.callback(setattr, attention, "attention_path", original)
+        elif method in ("rows", "fused"):
+            limit = attention.ROWS_UP_TO_SEQ_LEN
+            attention.ROWS_UP_TO_SEQ_LEN = 1 << 40 if method == "rows" else 0
+            stack.callback(setattr, attention, "ROWS_UP_TO_SEQ_LEN", limit)
         yield
 
 

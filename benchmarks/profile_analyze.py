@@ -43,6 +43,7 @@ def instrument() -> None:
 
     F.scaled_dot_product_attention = timed("sdpa", F.scaled_dot_product_attention)
     attention.blocked_attention = timed("blocked_attention", attention.blocked_attention)
+    attention.row_attention = timed("row_attention", attention.row_attention)
     attention.fused_attention = timed("fused_attention", attention.fused_attention)
     attention._flash = timed("flash", attention._flash)
     for module, name in [(feed, "pattern_block_sums"), (feed, "pattern_row_sums"), (switch_counts, "switch_block_sums"),
@@ -55,12 +56,13 @@ def instrument() -> None:
 def split(total: float) -> list[tuple[str, float, int]]:
     """(part, seconds, calls) of one sinkscope pass of `total` seconds."""
     s, n = SECONDS, CALLS
-    # switch_block_sums runs inside on_layer (fused path) or on_block (blocked path): a model whose layers take
+    # switch_block_sums runs inside on_layer (rows or fused path) or on_block (blocked path): a model whose layers take
     # both paths (Gemma-3 beyond its sliding window) has it subtracted from on_layer only.
     switch_in_layer = s["switch_block_sums"] if n["on_layer"] else 0.0
     on_block_rest = s["on_block"] - s["pattern_block_sums"] - (s["switch_block_sums"] - switch_in_layer)
     layer_rest = s["on_layer_input"] - s["bos_geometry_sums"]
     parts = [
+        ("rows path: logits, softmax, P·V and their reductions", s["row_attention"], n["row_attention"]),
         ("fused path: flash kernel calls (output + lse; columns + entropy)", s["flash"], n["flash"]),
         ("fused path: A[t,0], A[t,t], A[t,t-1], entropy sum, norms", s["fused_attention"] - s["flash"],
          n["fused_attention"]),

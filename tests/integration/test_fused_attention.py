@@ -1,8 +1,9 @@
-"""The fused attention path (no T×T map) gives the statistics of eager attention maps, as the blocked path does.
+"""The rows and fused attention paths (no T×T map) give the statistics of eager attention maps, as the block path does.
 
-First the kernel-level identities of `fused_attention` against float64 softmax maps (GQA, sharp and flat logits),
-then whole analyses of tiny random models of every family, each through its default routing (fused where
-eligible) and with the fused path switched off, both against `output_attentions=True` of the same model.
+First the kernel-level identities of `row_attention` and `fused_attention` against float64 softmax maps (GQA,
+sharp and flat logits), then whole analyses of tiny random models of every family through each of the three
+paths — the default routing (rows where eligible), the fused path forced, the block path forced — all against
+`output_attentions=True` of the same model.
 """
 
 import pandas as pd
@@ -27,9 +28,10 @@ def softmax_maps(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor
     return logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
 
 
+@pytest.mark.parametrize("path", ["row_attention", "fused_attention"])
 @pytest.mark.parametrize("kv", [4, 2, 1])
 @pytest.mark.parametrize("sharpness", [1.0, 12.0])
-def test_fused_attention_equals_softmax_maps(kv, sharpness):
+def test_layer_rows_equal_softmax_maps(path, kv, sharpness):
     g = torch.Generator().manual_seed(kv)
     B, H, n, D = 2, 4, 37, 16
     q = torch.randn(B, H, n, D, generator=g) * sharpness
@@ -37,7 +39,7 @@ def test_fused_attention_equals_softmax_maps(kv, sharpness):
     k[:, :, 0] *= 3  # a key that draws attention, as BOS does
     v = torch.randn(B, kv, n, D, generator=g)
     scale = D**-0.5
-    out, rows = attention.fused_attention(q, k, v, scale)
+    out, rows = getattr(attention, path)(q, k, v, scale)
     A = softmax_maps(q, k, scale)
     t = torch.arange(n)
     expected_out = A @ v.double().repeat_interleave(H // kv, dim=1)
@@ -52,6 +54,29 @@ def test_fused_attention_equals_softmax_maps(kv, sharpness):
     torch.testing.assert_close(rows.entropy, entropy.sum(-1), atol=1e-5 * n, rtol=1e-5)
     if sharpness > 1:
         assert (A[..., 1:, :].amax(-1) > 0.99).any(), "no near-one-hot row: the cancellation case was not exercised"
+
+
+def test_row_attention_takes_logsumexp_where_neither_candidate_key_holds_mass(monkeypatch):
+    """Rows whose mass sits on a middle key (A[t,0] and A[t,t] below 1e-30) need lse from logsumexp, not from
+    `S[t,j] − log P[t,j]`; the entropy is still exact, and the branch is taken."""
+    g = torch.Generator().manual_seed(5)
+    B, H, n, D = 1, 2, 24, 8
+    k = torch.randn(B, 1, n, D, generator=g)
+    k[:, :, 7] *= 3
+    q = torch.randn(B, H, n, D, generator=g) * 0.1
+    q[:, :, 8:] += 60 * k[:, :, 7:8] / k[:, :, 7:8].norm(dim=-1, keepdim=True)  # rows t ≥ 8 attend to key 7
+    v = torch.randn(B, 1, n, D, generator=g)
+    calls = []
+    logsumexp = torch.logsumexp
+    monkeypatch.setattr(torch, "logsumexp", lambda *a, **kw: calls.append(1) or logsumexp(*a, **kw))
+    out, rows = attention.row_attention(q, k, v, D**-0.5)
+    A = softmax_maps(q, k, D**-0.5)
+    t = torch.arange(n)
+    assert calls and (A[..., 8:, 0].amax() < 1e-30) and (A[..., t[8:], t[8:]].amax() < 1e-30)
+    plogp = torch.where(A > 0, A * A.clamp_min(1e-300).log(), torch.zeros_like(A))
+    entropy = -plogp.sum(-1)[..., 1:] / torch.log(t[1:] + 1.0).double()
+    torch.testing.assert_close(rows.entropy, entropy.sum(-1), atol=1e-5 * n, rtol=1e-5)
+    torch.testing.assert_close(rows.columns, A.sum(-2), atol=1e-5, rtol=1e-5)
 
 
 def gemma3_wide() -> LoadedModel:
@@ -70,36 +95,41 @@ def gemma3_wide() -> LoadedModel:
     return LoadedModel(model=model, tokenizer=None, family=family_for("gemma3_text"), identity={"name": "gemma3-wide"})
 
 
-FAMILIES = {  # name -> layers expected on the fused path (of 3)
+FAMILIES = {  # name -> layers expected on the rows path by default and on the fused path when forced (of 3)
     "llama": 3, "mistral": 3, "qwen2": 3, "gpt2": 3,
-    "gemma3": 1,  # its two sliding-window layers (window 5 < T) take the blocked path (HF Gemma-3 never softcaps)
+    "gemma3": 1,  # its two sliding-window layers (window 5 < T) take the block path (HF Gemma-3 never softcaps)
     "gemma3-wide": 3,
 }  # fmt: skip
 
 
-def run_both_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, monkeypatch):
-    """The analysis by the default routing (with the short-window block-path rule off, so these short windows take
-    the fused path wherever it is exact) and with the fused path switched off; fused layer calls counted."""
-    calls = []
-    fused = attention.fused_attention
+def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, monkeypatch):
+    """The analysis by the default routing (these short windows take the rows path wherever it is exact), with the
+    fused path forced (`ROWS_UP_TO_SEQ_LEN` 0) and with the block path forced; layer calls of each path counted."""
+    calls = {"row_attention": 0, "fused_attention": 0}
+    runs = {}
+    for path, limit in (("default", attention.ROWS_UP_TO_SEQ_LEN), ("fused", 0)):
+        with monkeypatch.context() as patch:
+            patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", limit)
+            for name in calls:
+                original = getattr(attention, name)
+                patch.setattr(attention, name, lambda *a, _n=name, _f=original: calls.__setitem__(_n, calls[_n] + 1)
+                              or _f(*a))
+            runs[path] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
-        patch.setattr(attention, "BLOCKED_UP_TO_SEQ_LEN", 0)
-        patch.setattr(attention, "fused_attention", lambda *a: calls.append(1) or fused(*a))
-        default = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
-    with monkeypatch.context() as patch:
-        patch.setattr(attention, "fused_eligible", lambda *a: False)
-        blocked = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
-    return default, blocked, len(calls)
+        patch.setattr(attention, "attention_path", lambda *a: "blocks")
+        runs["blocked"] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
+    return runs, calls
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_fused_and_blocked_paths_equal_eager_maps(name, monkeypatch):
+def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     lm = gemma3_wide() if name == "gemma3-wide" else build(name, attn="sdpa")
     ids = token_windows()
     epsilon = 0.25
     config = AnalyzeConfig(epsilon=epsilon, delta=0.5, geometry_cap=0)
-    default, blocked, fused_calls = run_both_paths(lm, ids, config, monkeypatch)
-    assert fused_calls == FAMILIES[name] * 3  # layers × batches (10 windows in batches of 4)
+    runs, calls = run_three_paths(lm, ids, config, monkeypatch)
+    # layers × batches (10 windows in batches of 4), once by default (rows) and once forced (fused)
+    assert calls == {"row_attention": FAMILIES[name] * 3, "fused_attention": FAMILIES[name] * 3}
     ref, _ = reference(lm, ids, config.delta, config.tau)
     att = torch.stack(lm.base(input_ids=ids, output_attentions=True, use_cache=False).attentions).double()
     L, N, H = att.shape[:3]
@@ -108,7 +138,7 @@ def test_fused_and_blocked_paths_equal_eager_maps(name, monkeypatch):
     ref["mlp_like"] = ((att[..., 1:, 0] >= 1 - config.delta) | (att.diagonal(dim1=-2, dim2=-1)[..., 1:]
                                                                  >= 1 - config.delta)).all(2).double().mean((1, 2))
     key_scores = torch.stack([att[..., k:, k].sum(-1) / (T - k) for k in range(T)], -1).mean((1, 2))  # (L, T)
-    for path, run in (("default", default), ("blocked", blocked)):
+    for path, run in runs.items():
         heads = run.heads.sort_values(["layer", "head"])
         for column, expected in ref.items():
             if column == "mlp_like":
@@ -127,12 +157,13 @@ def test_fused_and_blocked_paths_equal_eager_maps(name, monkeypatch):
             assert row["sink_frac"] == pytest.approx(entry["over"].sum().item() / (entry["n"] * L * H), abs=1e-12)
     assert ref["hard_sink_frac"].max() > 0  # the thresholds were exercised (ε on tokens too, but by Gemma's QK-norm)
     assert table["sink_frac"].max() > 0 or name == "gemma3-wide"
-    numeric = default.heads.select_dtypes("number").columns
-    pd.testing.assert_frame_equal(default.heads[numeric], blocked.heads[numeric], atol=1e-5, rtol=1e-5)
+    numeric = runs["default"].heads.select_dtypes("number").columns
+    for path in ("fused", "blocked"):
+        pd.testing.assert_frame_equal(runs["default"].heads[numeric], runs[path].heads[numeric], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_takes_the_blocked_path_and_equals_the_cpu_run():
+def test_cuda_takes_the_rows_path_and_equals_the_cpu_run():
     ids = token_windows(4)
     config = AnalyzeConfig(geometry_cap=0)
     cpu = analyze(build("llama", attn="sdpa"), TokenWindows(ids), config, progress=False)
@@ -143,10 +174,15 @@ def test_cuda_takes_the_blocked_path_and_equals_the_cpu_run():
     pd.testing.assert_frame_equal(cpu.heads[numeric], gpu.heads[numeric], atol=1e-5, rtol=1e-5)
 
 
-def test_windows_up_to_the_threshold_take_the_block_path():
-    """Exact fused attention is taken only for windows longer than BLOCKED_UP_TO_SEQ_LEN tokens."""
-    limit = attention.BLOCKED_UP_TO_SEQ_LEN
-    for length, expected in ((limit, False), (limit + 1, True)):
-        q = torch.zeros(1, 2, length, 8)
-        assert attention.fused_eligible(q, q, None, None) is expected
-    assert not attention.fused_eligible(torch.zeros(1, 2, limit + 1, 8), torch.zeros(1, 2, limit + 1, 4), None, None)
+def test_routing_rows_up_to_the_threshold_then_fused_where_exact():
+    """Plain causal windows take the rows path up to ROWS_UP_TO_SEQ_LEN tokens, then the fused path where the flash
+    kernel is exact (equal q/v head sizes); masks and softcaps take the block path."""
+    limit = attention.ROWS_UP_TO_SEQ_LEN
+    route = attention.attention_path
+    for length, expected in ((limit, "rows"), (limit + 1, "fused")):
+        q = torch.zeros(1, 1, length, 8)
+        assert route(q, q, None, None) == expected
+    q = torch.zeros(1, 1, limit + 1, 8)
+    assert route(q, torch.zeros(1, 1, limit + 1, 4), None, None) == "rows"  # unequal head sizes: no flash kernel
+    assert route(q[..., :16, :], q[..., :16, :], torch.ones(1, 1, 16, 16, dtype=torch.bool), None) == "blocks"
+    assert route(q[..., :16, :], q[..., :16, :], None, 30.0) == "blocks"

@@ -1,4 +1,5 @@
-"""SmolLM2 takes the fused attention path on every layer, and its statistics equal eager attention maps to 1e-5."""
+"""SmolLM2 takes the rows path on every layer (the fused path when forced), and the statistics of either equal eager
+attention maps to 1e-5."""
 
 import pandas as pd
 import pytest
@@ -12,19 +13,21 @@ from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 pytestmark = pytest.mark.slow
 
 
-def test_smollm2_fused_path_equals_eager_maps(monkeypatch):
+@pytest.mark.parametrize("path", ["row_attention", "fused_attention"])
+def test_smollm2_rows_and_fused_paths_equal_eager_maps(path, monkeypatch):
     lm = load_model("smollm2-135m")
     stream = windows("builtin:prose", lm.tokenizer, seq_len=48, max_windows=2, batch_size=2)
     config = AnalyzeConfig(geometry_cap=0)
     calls = []
-    fused = attention.fused_attention
+    original = getattr(attention, path)
     with monkeypatch.context() as patch:
-        patch.setattr(attention, "BLOCKED_UP_TO_SEQ_LEN", 0)  # T = 48 would take the block path by default
-        patch.setattr(attention, "fused_attention", lambda *a: calls.append(1) or fused(*a))
+        if path == "fused_attention":
+            patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)  # T = 48 takes the rows path by default
+        patch.setattr(attention, path, lambda *a: calls.append(1) or original(*a))
         run = analyze(lm, stream, config, progress=False)
-    assert len(calls) == len(lm.layers)  # one batch: every layer fused
+    assert len(calls) == len(lm.layers)  # one batch: every layer on this path
     with monkeypatch.context() as patch:
-        patch.setattr(attention, "fused_eligible", lambda *a: False)
+        patch.setattr(attention, "attention_path", lambda *a: "blocks")
         blocked = analyze(lm, stream, config, progress=False)
     ids = torch.cat(list(stream))
     lm.model.set_attn_implementation("eager")

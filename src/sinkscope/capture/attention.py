@@ -2,16 +2,20 @@
 
 Registered with transformers' attention interface as "sinkscope" (together with a mask function: a custom
 attention function registered without one gets no causal mask, and would silently give wrong sink scores).
-Two paths compute the layer's output (ours, equal to eager) and what the statistics need:
+Three paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
+picks one:
 
-- `fused_attention`, for plain causal attention (no mask tensor, no softcap, equal q/v head sizes, CPU): two
-  calls of PyTorch's fused flash kernel, which never forms the T×T map. The first gives the output and the row
-  log-normaliser `lse_t = log Σ_j exp(s q_t·k_j)`, so any entry `A[t,j] = exp(s q_t·k_j − lse_t)` costs O(d);
-  the second is the transposed attention with `−lse_t` folded into the logits, whose log-normaliser is the
-  column sum `log c_k = log Σ_{t≥k} A[t,k]` and whose output gives the entropy sum (see `fused_attention`).
-- `blocked_attention`, for everything else (sliding windows shorter than T, padding masks, softcapping) and for
-  observers that need the probabilities themselves: query blocks of about 4 MB, softmaxed, handed to the
-  observer and multiplied by v, so no more than one block of one layer's attention exists at a time.
+- `row_attention`, for plain causal attention (no mask tensor, no softcap) up to `ROWS_UP_TO_SEQ_LEN` tokens:
+  query blocks of whole rows (one BLAS product for the logits, one fused softmax, one product with v), each
+  reduced to `LayerRows` inside the block (three entries per row, column sums, entropy) and then dropped.
+- `fused_attention`, for longer plain causal windows on the CPU with equal q/v head sizes: two calls of
+  PyTorch's fused flash kernel, which never forms even a block of the map. The first gives the output and the
+  row log-normaliser `lse_t = log Σ_j exp(s q_t·k_j)`, so any entry `A[t,j] = exp(s q_t·k_j − lse_t)` costs
+  O(d); the second is the transposed attention with `−lse_t` folded into the logits, whose log-normaliser is
+  the column sum `log c_k = log Σ_{t≥k} A[t,k]` and whose output gives the entropy sum.
+- `blocked_attention`, for everything else (sliding windows shorter than T, padding masks, softcapping):
+  query blocks of about 4 MB, softmaxed, handed to the observer and multiplied by v, so no more than one block
+  of one layer's attention exists at a time.
 Modules that no observer watches fall through to the plain sdpa path.
 """
 
@@ -32,10 +36,10 @@ NAME = "sinkscope"
 # enough for the q·kᵀ product to run at matrix speed.
 BLOCK_ELEMENTS = 1 << 20
 
-# Windows of at most this many tokens take the block path even where the fused path is exact: measured as fast
-# or faster there (SmolLM2, T = 128, 256, 512 on 1 and 2 threads; docs/performance.md), while the fused path wins
-# from T = 1024 on.
-BLOCKED_UP_TO_SEQ_LEN = 512
+# Plain causal windows of at most this many tokens take the rows path, longer ones the two flash-kernel calls of
+# the fused path: the rows path was faster up to T = 8192 and the fused path at T = 16384 (SmolLM2's attention
+# shapes, 1 and 2 threads; docs/performance.md, "Three paths").
+ROWS_UP_TO_SEQ_LEN = 8192
 
 BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 """`observer(layer, q_start, probs (B,H,Q,K), entropy (B,H,Q) nats, out (B,H,Q,Dv))` for every block."""
@@ -60,7 +64,7 @@ class LayerRows:
 
 
 LayerObserver = Callable[[int, LayerRows], None]
-"""`observer(layer, rows)` once per layer and forward pass, when the layer took the fused path."""
+"""`observer(layer, rows)` once per layer and forward pass, when the layer took the rows or fused path."""
 
 
 @dataclass(frozen=True)
@@ -130,19 +134,68 @@ def blocked_attention(
     return out
 
 
-def fused_eligible(query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None) -> bool:
-    """Whether to take `fused_attention`: it computes this call exactly (plain causal attention — transformers'
-    sdpa mask function returns no mask then: no padding, no sliding window shorter than T —, no logit softcap,
-    equal head sizes for q and v as the CPU flash kernel needs, on the CPU) and the window is longer than
-    `BLOCKED_UP_TO_SEQ_LEN`, below which the block path is as fast."""
-    return (
-        query.shape[-2] > BLOCKED_UP_TO_SEQ_LEN
-        and attention_mask is None
-        and softcap is None
-        and query.shape[-1] == value.shape[-1]
-        and query.device.type == "cpu"
-        and value.device.type == "cpu"
-    )
+def attention_path(query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None) -> str:
+    """Which path computes this call exactly and fastest: "rows", "fused" or "blocks".
+
+    Plain causal attention (transformers' sdpa mask function returns no mask then: no padding, no sliding window
+    shorter than T) without a logit softcap takes the rows path up to `ROWS_UP_TO_SEQ_LEN` tokens and beyond it
+    the fused path where that is exact (equal q and v head sizes, as the CPU flash kernel needs, on the CPU);
+    everything else takes the block path."""
+    if attention_mask is not None or softcap is not None:
+        return "blocks"
+    flash_ok = query.shape[-1] == value.shape[-1] and query.device.type == "cpu" and value.device.type == "cpu"
+    return "fused" if flash_ok and query.shape[-2] > ROWS_UP_TO_SEQ_LEN else "rows"
+
+
+def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
+    """Plain causal attention and its `LayerRows` from query blocks of whole rows; the output is (B, T, H, Dv).
+
+    `query` (B, H, T, D), `key`/`value` (B, KV, T, ·) (GQA: query head h reads kv head `h // (H // KV)`). Per
+    block of queries, over the keys up to its last query: logits `S[t,j] = s q_t·k_j`, `P = softmax(S)` (the
+    block's upper-right corner masked), output `P·V`; then `A[t,0]`, `A[t,t]`, `A[t,t−1]` are entries of P, the
+    column sums gather `c_k += Σ_t P[t,k]`, and the entropy is `H_t = lse_t − Σ_j P[t,j] S[t,j]` with
+    `lse_t = S[t,j] − log P[t,j]`, exact for any j with `P[t,j] > 0`; j is whichever of 0 and t has the larger
+    probability (its logarithm is then well conditioned), and a block where both are below `1e-30` in some row
+    takes `lse = logsumexp(S)` instead.
+    """
+    B, H, T, D = query.shape
+    KV, Dv = key.shape[1], value.shape[-1]
+    group = H // KV
+    keys, values = key.float(), value.float()
+    out = torch.empty(B, T, H, Dv, dtype=query.dtype, device=query.device)
+    f32 = dict(dtype=torch.float32, device=query.device)
+    sink, diag, prev, norms = (torch.zeros(B, H, T, **f32) for _ in range(4))
+    columns = torch.zeros(B, H, T, dtype=torch.float64, device=query.device)
+    entropy = torch.zeros(B, H, dtype=torch.float64, device=query.device)
+    weights = entropy_weights(0, T, query.device)
+    floor = torch.finfo(torch.float32).min  # not −inf: P·S must stay 0 (not NaN) where P = 0
+    step = block_rows(B, H, T)
+    for start in range(0, T, step):
+        stop = min(T, start + step)
+        Q = stop - start
+        q = query[:, :, start:stop].float().reshape(B, KV, group * Q, D)  # heads of a group side by side
+        logits = torch.matmul(q, keys[:, :, :stop].transpose(-1, -2)).mul_(scaling).view(B, H, Q, stop)
+        corner = logits[..., start:stop]
+        corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(1), floor)
+        probs = torch.softmax(logits, -1)
+        block = torch.matmul(probs.view(B, KV, group * Q, stop), values[:, :, :stop]).view(B, H, Q, Dv)
+        p_sink, p_diag = probs[..., 0], probs[..., start:stop].diagonal(dim1=-2, dim2=-1)
+        sink[..., start:stop], diag[..., start:stop] = p_sink, p_diag
+        lower = probs[..., max(start - 1, 0) : stop].diagonal(offset=-1 if start == 0 else 0, dim1=-2, dim2=-1)
+        prev[..., max(start, 1) : stop] = lower
+        columns[..., :stop] += probs.sum(-2)
+        use_sink = p_sink >= p_diag
+        best = torch.where(use_sink, p_sink, p_diag)
+        if bool((best < 1e-30).any()):
+            lse = torch.logsumexp(logits, -1)
+        else:
+            best_logit = torch.where(use_sink, logits[..., 0], corner.diagonal(dim1=-2, dim2=-1))
+            lse = best_logit - best.log()
+        row_entropy = lse.double() - torch.linalg.vecdot(probs, logits).double()
+        entropy += (row_entropy * weights[start:stop]).sum(-1)
+        norms[..., start:stop] = block.norm(dim=-1)
+        out[:, start:stop] = block.transpose(1, 2).to(out.dtype)
+    return out, LayerRows(sink=sink, diag=diag, prev=prev, columns=columns, entropy=entropy, out_norms=norms)
 
 
 def _flash(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, Tensor]:
@@ -213,7 +266,7 @@ def sinkscope_attention(
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[Tensor, None]:
-    """transformers attention-interface function: for watched modules the fused path where it is exact and the
+    """transformers attention-interface function: for watched modules the path `attention_path` picks where the
     watcher takes `LayerRows`, else blocked attention; sdpa for the others."""
     watch = _watched.get(id(module))
     if watch is None:
@@ -224,8 +277,9 @@ def sinkscope_attention(
         raise SinkscopeError("models with learned attention sinks (s_aux) are not supported yet")
     watch.on_values(watch.layer, value)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if watch.on_layer is not None and fused_eligible(query, value, attention_mask, softcap):
-        out, rows = fused_attention(query, key, value, scaling)
+    path = attention_path(query, value, attention_mask, softcap) if watch.on_layer is not None else "blocks"
+    if path != "blocks":
+        out, rows = (row_attention if path == "rows" else fused_attention)(query, key, value, scaling)
         watch.on_layer(watch.layer, rows)
         return out, None
     layer, observer = watch.layer, watch.on_block
@@ -261,8 +315,8 @@ def watch_attention(
     on_layer: LayerObserver | None = None,
 ):
     """Route the attention of `modules` ({layer: attention module}) through this module inside the block: with
-    `on_layer`, layers that `fused_eligible` admits take `fused_attention` and report to it; every other layer
-    takes `blocked_attention` and reports each block to `observer`.
+    `on_layer`, layers that `attention_path` sends to the rows or fused path report their `LayerRows` to it; every
+    other layer takes `blocked_attention` and reports each block to `observer`.
 
     Sets the model's attention implementation to "sinkscope" and restores the previous one in `finally`.
     """

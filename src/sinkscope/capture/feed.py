@@ -1,8 +1,8 @@
 """The feed: hands everything one forward pass shows to the registered statistics, and keeps their state together.
 
 Inside `feed.hooks(lm)`, each forward pass of `lm.base` reports the layer inputs (`capture.layer_inputs`), the
-attention (`capture.attention`: blocks of probabilities, or the fused path's `LayerRows`) and, where a statistic
-asks for them, the attention outputs (`capture.outputs`). The feed turns the attention into the events of
+attention (`capture.attention`: blocks of probabilities, or the `LayerRows` of the rows or fused path) and,
+where a statistic asks for them, the attention outputs (`capture.outputs`). The feed turns the attention into the events of
 `statistics.statistic` once for all statistics — per-head row sums and hard-pattern masks (`Rows`), and after a
 layer's last block its per-window column sums (`Columns`, kept for the current batch and layer only) — and
 checks each block for non-finite values. `state_dict`, `load_state_dict` and `all_reduce` cover every statistic.
@@ -119,11 +119,12 @@ class Feed:
         self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1)))
 
     def on_layer(self, layer: int, rows: LayerRows) -> None:
-        """One layer's whole attention over the batch from the fused path (`LayerRows`, no map)."""
+        """One layer's whole attention over the batch from the rows or fused path (`LayerRows`, no map)."""
         self._check_finite(layer, rows.entropy.sum(1) + rows.out_norms.sum((1, 2)))
         sums, hard_sink, hard_diag = pattern_row_sums(rows.sink, rows.diag, rows.prev, 0, self.delta)
-        # The kernel masks causally by construction (no mass above the diagonal); the rows' total mass is checked
-        # through the column sums, which the second kernel call computes from the first call's normalisers.
+        # Both paths mask causally by construction (no mass above the diagonal); the rows' total mass is checked
+        # through the column sums (on the fused path the second kernel call computes them from the first's
+        # normalisers).
         sums |= {"entropy": rows.entropy.sum(0), "row_total": rows.columns.sum((0, 2))}
         self._fold_columns(layer, 0, rows.columns, rows.diag.double())
         self._rows(layer, Rows(0, sums, hard_sink, hard_diag, rows.out_norms))

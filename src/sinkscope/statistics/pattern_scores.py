@@ -30,7 +30,7 @@ class PatternScores(Statistic):
         self.keys = self.add_state("keys", Sum((L, H, T), device))
 
     def on_rows(self, layer: int, rows: Rows) -> None:
-        for name, value in rows.sums.items():  # the fused path has no `upper_mass`: its kernel is causal
+        for name, value in rows.sums.items():  # the rows and fused paths have no `upper_mass`: causal by construction
             self.sums[name].add(value, (layer,))
 
     def on_columns(self, layer: int, columns: Columns) -> None:
