@@ -170,13 +170,15 @@ def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> 
     weights = entropy_weights(0, T, query.device)
     floor = torch.finfo(torch.float32).min  # not −inf: P·S must stay 0 (not NaN) where P = 0
     step = block_rows(B, H, T)
+    above = torch.ones(step, step, dtype=torch.bool, device=query.device).triu(1)  # the corner's masked part
     for start in range(0, T, step):
         stop = min(T, start + step)
         Q = stop - start
-        q = query[:, :, start:stop].float().reshape(B, KV, group * Q, D)  # heads of a group side by side
-        logits = torch.matmul(q, keys[:, :, :stop].transpose(-1, -2)).mul_(scaling).view(B, H, Q, stop)
+        # Heads of a group side by side; the scale goes on q (Q·D products instead of Q·stop).
+        q = (query[:, :, start:stop].float() * scaling).reshape(B, KV, group * Q, D)
+        logits = torch.matmul(q, keys[:, :, :stop].transpose(-1, -2)).view(B, H, Q, stop)
         corner = logits[..., start:stop]
-        corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(1), floor)
+        corner.masked_fill_(above[:Q, :Q], floor)
         probs = torch.softmax(logits, -1)
         block = torch.matmul(probs.view(B, KV, group * Q, stop), values[:, :, :stop]).view(B, H, Q, Dv)
         p_sink, p_diag = probs[..., 0], probs[..., start:stop].diagonal(dim1=-2, dim2=-1)
