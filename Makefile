@@ -38,7 +38,7 @@ test: $(STAMP) $(CHROMIUM) lint
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py
 
-# The issue-12 ratio table: T = 256 … 16384 on 1 and 2 threads, one timed pass each (about an hour on 2 cores;
+# The issue-12 ratio table: T = 256 … 16384 on 1 and 2 threads, one timed pass each (about 21 minutes on 2 cores;
 # T = 16384 is past SmolLM2's context of 8192: timed and sized only).
 bench-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py --seq-lens 256,1024,4096,16384 --windows 8,2,1,1 --batch 8,2,1,1 \

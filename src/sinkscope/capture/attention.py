@@ -5,7 +5,8 @@ attention function registered without one gets no causal mask, and would silentl
 Three paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
 picks one:
 
-- `row_attention`, for plain causal attention (no mask tensor, no softcap) up to `ROWS_UP_TO_SEQ_LEN` tokens:
+- `row_attention`, for plain causal attention (no mask tensor, no softcap) up to `ROWS_UP_TO_SEQ_LEN` tokens
+  (at every length where the fused path cannot run):
   query blocks of whole rows (one BLAS product for the logits, one fused softmax, one product with v), each
   reduced to `LayerRows` inside the block (three entries per row, column sums, entropy) and then dropped.
 - `fused_attention`, for longer plain causal windows on the CPU with equal q/v head sizes: two calls of
@@ -138,8 +139,8 @@ def attention_path(query: Tensor, value: Tensor, attention_mask: Tensor | None, 
     """Which path computes this call exactly and fastest: "rows", "fused" or "blocks".
 
     Plain causal attention (transformers' sdpa mask function returns no mask then: no padding, no sliding window
-    shorter than T) without a logit softcap takes the rows path up to `ROWS_UP_TO_SEQ_LEN` tokens and beyond it
-    the fused path where that is exact (equal q and v head sizes, as the CPU flash kernel needs, on the CPU);
+    shorter than T) without a logit softcap takes the fused path beyond `ROWS_UP_TO_SEQ_LEN` tokens where that
+    is exact (on the CPU, equal q and v head sizes, as the CPU flash kernel needs) and the rows path otherwise;
     everything else takes the block path."""
     if attention_mask is not None or softcap is not None:
         return "blocks"
