@@ -138,8 +138,8 @@ def test_every_figure_of_the_report_labels_its_axes_and_names_model_corpus_and_T
 
 
 def test_ablation_section_loads_cleanly_and_shows_the_curve(runs, tmp_path, open_page):
-    """`sinkscope ablate` writes no page of its own: its ablation.parquet, put in a run directory, adds the
-    ablation figure and table to that run's report."""
+    """`sinkscope ablate`'s ablation.parquet, put in a run directory, adds the ablation figure and table to that
+    run's report (its own page is tested below)."""
     import shutil
 
     model, corpus = runs / "model", runs / "corpus.txt"
@@ -155,3 +155,49 @@ def test_ablation_section_loads_cleanly_and_shows_the_curve(runs, tmp_path, open
     curve = pd.read_parquet(run / "ablation.parquet")
     for (selection, _), rows in curve.groupby(["selection", "fraction"]):
         assert f"{rows['delta_loss'].mean():+.4f}" in facts["cells"], selection
+
+
+def test_ablate_page_loads_cleanly_and_shows_every_set(runs, tmp_path, open_page):
+    model, corpus = runs / "model", runs / "corpus.txt"
+    code = main(["ablate", "--model", str(model), "--corpus", str(corpus), "--seq-len", "16", "--max-windows", "4",
+                 "--score-windows", "2", "--fractions", "0.25,0.5", "--random-draws", "2", "--out",
+                 str(tmp_path / "abl")])  # fmt: skip
+    assert code == 0
+    loaded = open_page(tmp_path / "abl" / "report.html")
+    facts = assert_readable(loaded)
+    assert "sinkscope ablate: model" == facts["title"]
+    assert loaded.page.evaluate("() => getComputedStyle(document.body).maxWidth") == "1100px"  # the house style
+    curve = pd.read_parquet(tmp_path / "abl" / "ablation.parquet")
+    tables = loaded.page.evaluate(
+        "() => [...document.querySelectorAll('table')].map(t => [...t.rows].map(r => [...r.cells].map(c => c.textContent)))"
+    )
+    every_set = tables[-1]
+    assert len(every_set) == len(curve) + 1  # header + one row per ablated set
+    column = every_set[0].index("delta_loss")
+    for row, delta in zip(every_set[1:], curve["delta_loss"]):
+        assert float(row[column]) == pytest.approx(delta, rel=1e-3, abs=1e-6)
+    summary = tables[1]
+    n_random = [r for r in summary[1:] if r[0] == "random"]
+    assert len(n_random) == 2 and all(r[summary[0].index("draws")] == "2" for r in n_random)
+
+
+def test_cost_page_loads_cleanly_and_shows_every_setting(tmp_path, open_page):
+    from sinkscope.pipelines.cost_sweep import CostSweepConfig, run_cost_sweep
+
+    config = CostSweepConfig(families=("orthonormal", "gaussian"), Ts=(2, 4), ds=(3, 6), seeds=1)
+    frame = run_cost_sweep(config, tmp_path / "cost")
+    loaded = open_page(tmp_path / "cost" / "report.html")
+    facts = assert_readable(loaded)
+    assert facts["title"] == "sinkscope cost: orthonormal, gaussian"
+    assert loaded.page.evaluate("() => document.images.length") == 3
+    rows = loaded.page.evaluate(
+        "() => [...[...document.querySelectorAll('table')].at(-1).rows].map(r => [...r.cells].map(c => c.textContent))"
+    )
+    header, rows = rows[0], rows[1:]
+    assert len(rows) == len(frame)
+    for row, cost in zip(rows, frame["cost"]):
+        shown = row[header.index("cost")]
+        assert shown == "inf" if cost == float("inf") else float(shown) == pytest.approx(cost, rel=1e-3)
+    closed = frame["closed_form"].notna()
+    assert closed.any() and (~closed).any()  # orthonormal rows have a closed form, gaussian rows show a dash
+    assert all(r[header.index("closed_form")] == "–" for r, c in zip(rows, closed) if not c)

@@ -31,8 +31,9 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "ablate",
         help="zero heads or move their attention to BOS, and measure the next-token loss change",
-        description="Head ablations (issue 3): the k%% most dormant heads (lowest AHON-LN, Sandoval-Segura et "
-        "al. 2025) or most sink-like (highest hard-sink fraction), a class or a list, against random heads.",
+        description="Head ablations: the k % most dormant heads (lowest AHON-LN, Sandoval-Segura et al. 2025) or "
+        "most sink-like (highest hard-sink fraction), a class or a list, against random heads. Writes "
+        "ablation.parquet, head_scores.parquet, ablation.json, figures/ and report.html.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[

@@ -453,17 +453,40 @@ def check_out_dir(directory: str | Path, overwrite: bool) -> None:
 def save_ablation(
     directory: str | Path, curve: pd.DataFrame, scores: pd.DataFrame, meta: dict, overwrite: bool = False
 ) -> Path:
-    """Write `ablation.parquet`, `head_scores.parquet`, `ablation.json` and `figures/ablation_curve.png`
-    into `directory`, staged in a temporary sibling and renamed into place."""
+    """Write `ablation.parquet`, `head_scores.parquet`, `ablation.json`, `figures/ablation_curve.png` and
+    `report.html` (the curve, its per-selection summary and every ablated set) into `directory`, staged in a
+    temporary sibling and renamed into place."""
     from sinkscope.report.plots import figure_png
+    from sinkscope.report.results_page import write_results_page
     from sinkscope.report.switch_section import ablation_figure
 
     directory = Path(directory)
     check_out_dir(directory, overwrite)
+    png = figure_png(ablation_figure(curve))
+    config = meta.get("config", {})
+    settings = {
+        "model": (meta.get("model") or {}).get("name", "unnamed model"),
+        "corpus": (meta.get("corpus") or {}).get("source"),
+        "windows": int(curve["n_windows"].iloc[0]),
+        "mode": config.get("mode"),
+        "head scores from": config.get("from_run") or f"a scoring pass over {config.get('score_windows')} windows",
+        "base loss (nats/token)": f"{meta['base_loss']:.4f}",
+        "seconds": f"{meta.get('timings', {}).get('seconds', float('nan')):.1f}",
+    }
+    sets = curve[["selection", "fraction", "seed", "n_heads", "heads", "delta_loss", "delta_sem"]]
     with staged_directory(directory) as staging:
         curve.to_parquet(staging / "ablation.parquet", index=False)
         scores.to_parquet(staging / "head_scores.parquet", index=False)
         (staging / "ablation.json").write_text(json.dumps(meta, indent=2, default=str))
         (staging / "figures").mkdir()
-        (staging / "figures" / "ablation_curve.png").write_bytes(figure_png(ablation_figure(curve)))
+        (staging / "figures" / "ablation_curve.png").write_bytes(png)
+        write_results_page(
+            staging / "report.html", f"sinkscope ablate: {settings['model']}",
+            "Loss change (nats/token) when the selected heads are switched off, against random head sets of the "
+            "same size; definitions in docs/statistics.md.",
+            settings,
+            [("Per selection and fraction (random: mean and std over draws; ablation.parquet)", curve_summary(curve)),
+             ("Every ablated set (ablation.parquet)", sets)],
+            [("Loss change against the fraction of heads switched off", png)],
+        )  # fmt: skip
     return directory

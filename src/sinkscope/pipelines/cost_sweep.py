@@ -255,7 +255,8 @@ def fit_exponents(frame: pd.DataFrame) -> pd.DataFrame:
 def run_cost_sweep(
     config: CostSweepConfig, out: Path, overwrite: bool = False, progress: bool = False
 ) -> pd.DataFrame:
-    """Run the sweep and write `out/` atomically: cost.parquet, fits.csv, run.json, figures/*.png (SPEC §6)."""
+    """Run the sweep and write `out/` atomically: cost.parquet, fits.csv, run.json, figures/*.png and report.html
+    (SPEC §6)."""
     out = Path(out)
     check_replaceable(out, overwrite)
     start = time.perf_counter()
@@ -273,7 +274,39 @@ def run_cost_sweep(
             record["model"] = _load_model_cached(config.model).identity
             record["corpus"] = dict(source=config.corpus, windows=config.seeds, seq_lens=[T + 1 for T in config.Ts])
         (staging / "run.json").write_text(json.dumps(record, indent=2, default=str))
+        write_cost_page(staging, config, frame, fits, record["seconds"])
     return frame
+
+
+FIGURE_CAPTIONS = {
+    "cost_vs_T.png": "Minimum-norm cost of the sink and the diagonal pattern against T (first margin)",
+    "ratio.png": "Diagonal cost / sink cost against T",
+    "regime_map.png": "Which pattern is cheaper, per family and T",
+}
+
+
+def write_cost_page(directory: Path, config: CostSweepConfig, frame: pd.DataFrame, fits: pd.DataFrame,
+                    seconds: float) -> Path:
+    """`directory/report.html`: the settings, the figures already written to `directory/figures`, the fitted
+    exponents (fits.csv) and every solved setting (cost.parquet)."""
+    from sinkscope.report.results_page import write_results_page
+
+    settings = {
+        "families": ", ".join(config.families), "T": ", ".join(map(str, config.Ts)),
+        "d": ", ".join(map(str, config.ds)), "patterns": ", ".join(config.patterns),
+        "norms": ", ".join(config.norms), "causal": config.causal, "solver": config.solver,
+        "settings solved": len(frame), "seconds": f"{seconds:.1f}",
+    }  # fmt: skip
+    figures = [(caption, (directory / "figures" / name).read_bytes())
+               for name, caption in FIGURE_CAPTIONS.items() if (directory / "figures" / name).exists()]  # fmt: skip
+    return write_results_page(
+        directory / "report.html", f"sinkscope cost: {', '.join(config.families)}",
+        "Minimum nuclear / Frobenius norm of a W_QK that puts a margin κ on the sink or on the diagonal pattern "
+        "(docs/theory/cost.md); cost = inf where the pattern cannot be represented.",
+        settings,
+        [("Fitted exponents of cost ~ T^a (fits.csv)", fits), ("Every solved setting (cost.parquet)", frame)],
+        figures,
+    )  # fmt: skip
 
 
 # Regime-map categories: (label, colour), indexed by `_regime`.

@@ -1,4 +1,4 @@
-"""The one page builder: every HTML page sinkscope writes (analyze, compare, sweep, reproduce, train-bb, view)
+"""The one page builder: every HTML page sinkscope writes (analyze, compare, sweep, reproduce, train-bb, view, ablate, cost)
 is a Jinja2 template in `report/templates/` that extends `base.html.j2`, rendered by `render_page`.
 
 Code builds the data (cell texts, figures as PNG bytes); templates build the markup. One `Environment`: autoescape
