@@ -102,3 +102,18 @@ def test_cli_runs_a_small_sweep(tmp_path, capsys):
     assert args.func(args) == 0
     assert "exponent" in capsys.readouterr().out
     assert len(pd.read_parquet(tmp_path / "cli" / "cost.parquet")) == 4
+
+
+def test_cost_figure_labels_its_log_axes_with_plain_numbers():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from sinkscope.pipelines.cost_sweep import cost_rows, cost_vs_T_figure
+
+    frame = cost_rows(CostSweepConfig(families=("orthonormal",), Ts=(2, 4, 8), ds=(3,), seeds=1))
+    fig = cost_vs_T_figure(frame)
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "4", "8"]
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
+    assert labels and not [t for t in labels if "times" in t or "^" in t], labels  # no 2×10⁰ mathtext
+    assert all(float(t) > 0 for t in labels)

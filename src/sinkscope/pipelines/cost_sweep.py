@@ -361,6 +361,22 @@ def _first_margin(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["margin"] == frame["margin"].iloc[0]] if len(frame) else frame
 
 
+def _plain_log_ticks(ax, Ts: list, log_y: bool = False) -> None:
+    """Log axes labelled with plain numbers: x ticks at the swept T values; y (when log) at the powers of ten and
+    their 2 and 5 multiples, written 0.2, 0.5, 1, 2, 5, 10 instead of matplotlib's 2×10⁰."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def minor(value: float, _position) -> str:
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        return f"{value:g}" if min(abs(mantissa - 2), abs(mantissa - 5)) < 1e-6 else ""
+
+    ax.set_xticks(Ts, [str(int(T)) for T in Ts])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if log_y:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+
+
 def cost_vs_T_figure(frame: pd.DataFrame) -> Figure:
     """Log-log median cost vs T per family (its largest d; layers pooled by median), exponents in the legend."""
     frame = _first_margin(_with_keys(frame[np.isfinite(frame["cost"])]))
@@ -377,6 +393,7 @@ def cost_vs_T_figure(frame: pd.DataFrame) -> Figure:
             ax.plot(curve.index, curve.values, style, marker="o", label=f"{pattern} {norm}: T^{slope:.2f}")
         ax.set(xscale="log", yscale="log", xlabel="T (contexts)", ylabel="cost ‖W_QK‖",
                title=f"{family} (d={sub['dim'].max()})" if family != "orthonormal" else family)
+        _plain_log_ticks(ax, sorted(sub["T"].unique()), log_y=True)
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -393,6 +410,7 @@ def ratio_figure(paired: pd.DataFrame) -> Figure:
         ax.plot(curve.index, curve.values, "-" if norm == "nuclear" else "--", marker="o", label=f"{family} {norm}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set(xscale="log", xlabel="T (contexts)", ylabel="diagonal cost / sink cost", title="diagonal / sink")
+    _plain_log_ticks(ax, sorted(finite["T"].unique()))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
