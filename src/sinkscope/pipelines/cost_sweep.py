@@ -265,7 +265,7 @@ def run_cost_sweep(
     with staged_directory(out) as staging:
         frame.to_parquet(staging / "cost.parquet", index=False)
         fits.to_csv(staging / "fits.csv", index=False)
-        write_figures(frame, staging / "figures")
+        figures = write_figures(frame, staging / "figures")
         record = dict(
             config=asdict(config), versions=package_versions(), seconds=time.perf_counter() - start,
             rows=len(frame), statuses=frame["status"].value_counts().to_dict(),
@@ -274,7 +274,7 @@ def run_cost_sweep(
             record["model"] = _load_model_cached(config.model).identity
             record["corpus"] = dict(source=config.corpus, windows=config.seeds, seq_lens=[T + 1 for T in config.Ts])
         (staging / "run.json").write_text(json.dumps(record, indent=2, default=str))
-        write_cost_page(staging, config, frame, fits, record["seconds"])
+        write_cost_page(staging / "report.html", config, frame, fits, figures, record["seconds"])
     return frame
 
 
@@ -285,10 +285,10 @@ FIGURE_CAPTIONS = {
 }
 
 
-def write_cost_page(directory: Path, config: CostSweepConfig, frame: pd.DataFrame, fits: pd.DataFrame,
-                    seconds: float) -> Path:
-    """`directory/report.html`: the settings, the figures already written to `directory/figures`, the fitted
-    exponents (fits.csv) and every solved setting (cost.parquet)."""
+def write_cost_page(path: Path, config: CostSweepConfig, frame: pd.DataFrame, fits: pd.DataFrame,
+                    figures: list[Path], seconds: float) -> Path:
+    """The sweep's `report.html`: the settings, the `figures` that `write_figures` wrote, the fitted exponents
+    (fits.csv) and every solved setting (cost.parquet)."""
     from sinkscope.report.results_page import write_results_page
 
     settings = {
@@ -297,15 +297,13 @@ def write_cost_page(directory: Path, config: CostSweepConfig, frame: pd.DataFram
         "norms": ", ".join(config.norms), "causal": config.causal, "solver": config.solver,
         "settings solved": len(frame), "seconds": f"{seconds:.1f}",
     }  # fmt: skip
-    figures = [(caption, (directory / "figures" / name).read_bytes())
-               for name, caption in FIGURE_CAPTIONS.items() if (directory / "figures" / name).exists()]  # fmt: skip
     return write_results_page(
-        directory / "report.html", f"sinkscope cost: {', '.join(config.families)}",
+        path, f"sinkscope cost: {', '.join(config.families)}",
         "Minimum nuclear / Frobenius norm of a W_QK that puts a margin κ on the sink or on the diagonal pattern "
         "(docs/theory/cost.md); cost = inf where the pattern cannot be represented.",
         settings,
         [("Fitted exponents of cost ~ T^a (fits.csv)", fits), ("Every solved setting (cost.parquet)", frame)],
-        figures,
+        [(FIGURE_CAPTIONS[figure.name], figure.read_bytes()) for figure in figures],
     )  # fmt: skip
 
 
