@@ -88,8 +88,8 @@ def test_switched_off_by_loop_and_unchanged_switch_sums() -> None:
     off = switched_off(out_norms, value_norms, 0.2)
     for b in range(B):
         for h in range(H):
-            mean_v = sum(float(v) for v in value_norms[b, h]) / T
             for t in range(T):
+                mean_v = sum(float(v) for v in value_norms[b, h, : t + 1]) / (t + 1)  # keys query t sees
                 assert bool(off[b, h, t]) == (float(out_norms[b, h, t]) <= 0.2 * mean_v)
     hard_sink = torch.rand(B, H, T, generator=g) < 0.5
     hard_sink[..., 0] = False

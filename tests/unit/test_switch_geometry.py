@@ -25,8 +25,8 @@ def test_switch_table_brute_force():
     for h in range(H):
         table = {"n_off_sink": 0, "n_off_nosink": 0, "n_on_sink": 0, "n_on_nosink": 0}
         for b in range(B):
-            threshold = tau * value_norms[b, h].mean().item()
             for t in range(1, T):
+                threshold = tau * value_norms[b, h, : t + 1].double().mean().item()  # the keys query t sees
                 off = out_norms[b, h, t].item() <= threshold
                 sink = bool(hard_sink[b, h, t])
                 table[f"n_{'off' if off else 'on'}_{'sink' if sink else 'nosink'}"] += 1

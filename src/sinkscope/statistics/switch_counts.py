@@ -16,7 +16,7 @@ COUNTS = ("n_off_sink", "n_off_nosink", "n_on_sink", "n_on_nosink")
 
 class SwitchCounts(Statistic):
     """Per head: Σ_w value drain, Σ ||o_t|| (AHON) and the counts of queries t ≥ 1 switched off (`||o_t|| ≤ τ
-    mean_j ||v_j||`) or on, with or without a hard sink; per layer: queries where every head is a hard sink or a
+    mean_{j≤t} ||v_j||`, the keys query t sees) or on, with or without a hard sink; per layer: queries where every head is a hard sink or a
     hard diagonal (the layer acts like an MLP). The value norms of a layer live for its batch only."""
 
     name = "switch_counts"

@@ -1,8 +1,9 @@
 """Attention-switch statistics of SPEC §3 as pure functions over head outputs and value norms.
 
 `o_t = Σ_j A[t,j] v_j` is a head's output before the output projection (`v_j` its value vector, shared within a
-GQA group). A query is *switched off* when `||o_t|| ≤ τ · mean_j ||v_j||`; the paper proves switched-off ⇔ sink
-under mild assumptions, which the 2×2 table (switched-off × hard-sink) tests.
+GQA group). A query is *switched off* when `||o_t|| ≤ τ · mean_{j≤t} ||v_j||`, the mean over the keys query t can
+see (causal); the paper proves switched-off ⇔ sink under mild assumptions, which the 2×2 table
+(switched-off × hard-sink) tests.
 """
 
 from __future__ import annotations
@@ -16,10 +17,20 @@ def value_drain(value_norms: Tensor) -> Tensor:
     return value_norms[..., 0] / value_norms[..., 1:].mean(-1)
 
 
-def switched_off(out_norms: Tensor, value_norms: Tensor, tau: float) -> Tensor:
-    """SPEC §3 hard switch: query t is off when `||o_t|| ≤ τ · mean_j ||v_j||`. `out_norms` (..., Q) `||o_t||`,
-    `value_norms` (..., T) `||v_j||` of the window's keys → (..., Q) booleans."""
-    return out_norms <= tau * value_norms.mean(-1, keepdim=True)
+def visible_value_mean(value_norms: Tensor, stop: int | None = None) -> Tensor:
+    """`mean_{j≤t} ||v_j||` for every query t < stop (the keys a causal query t can see, SPEC §3), in float64.
+    (..., T) → (..., stop); `stop` defaults to T."""
+    norms = value_norms[..., :stop].double()
+    counts = torch.arange(1, norms.shape[-1] + 1, device=norms.device, dtype=torch.float64)
+    return norms.cumsum(-1) / counts
+
+
+def switched_off(out_norms: Tensor, value_norms: Tensor, tau: float, q_start: int = 0) -> Tensor:
+    """SPEC §3 hard switch: query t is off when `||o_t|| ≤ τ · mean_{j≤t} ||v_j||` (visible keys only).
+    `out_norms` (..., Q) `||o_t||` of queries `q_start..q_start+Q-1`, `value_norms` (..., T) `||v_j||` of the
+    window's keys → (..., Q) booleans."""
+    stop = q_start + out_norms.shape[-1]
+    return out_norms.double() <= tau * visible_value_mean(value_norms, stop)[..., q_start:]
 
 
 def switch_block_sums(
@@ -28,14 +39,15 @@ def switch_block_sums(
     """Streaming sums of SPEC §3 over one block of queries.
 
     `out_norms` (B, H, Q): `||o_t||` for queries `q_start..q_start+Q-1`; `value_norms` (B, H, T): `||v_j||` of
-    each head's (GQA-shared) values; `hard_sink` (B, H, Q): `A[t,0] ≥ 1-δ` (false at t = 0).
+    each head's (GQA-shared) values, of which query t sees `j ≤ t`; `hard_sink` (B, H, Q): `A[t,0] ≥ 1-δ`
+    (false at t = 0).
     Returns per-head (H,) sums: `ahon` (Σ ||o_t|| over all t) and the 2×2 counts over queries t ≥ 1:
     `n_off_sink`, `n_off_nosink`, `n_on_sink`, `n_on_nosink`.
     """
     Q = out_norms.shape[-1]
     rows = torch.arange(q_start, q_start + Q, device=out_norms.device)
     valid = (rows >= 1).view(1, 1, Q)
-    off = switched_off(out_norms, value_norms, tau)
+    off = switched_off(out_norms, value_norms, tau, q_start)
     on = ~off & valid
     off = off & valid
     count = lambda mask: mask.sum((0, 2)).double()  # noqa: E731

@@ -71,7 +71,7 @@ def pattern_margins(probs: torch.Tensor, batch: GBBBatch) -> dict[str, torch.Ten
     }
 
 
-SWITCH_TAU = 0.1  # SPEC §3: a query is switched off when ||o_t|| ≤ τ · mean_j ||v_j||
+SWITCH_TAU = 0.1  # SPEC §3: a query is switched off when ||o_t|| ≤ τ · mean_{j≤t} ||v_j||
 
 
 def switch_off_frac(
@@ -80,7 +80,7 @@ def switch_off_frac(
     """Fraction (H,) of masked queries that the head switches off (SPEC §3 hard switch).
 
     `o_t = g_t Σ_j A[t,j] v_j` is the head output before the output projection (gate `g_t` = 1 without
-    gating); the query is off when `||o_t|| ≤ τ · mean_j ||v_j||` (mean over the window's positions).
+    gating); the query is off when `||o_t|| ≤ τ · mean_{j≤t} ||v_j||` (mean over the keys query t sees).
     probs (B, H, T, T), values (B, H, T, dh), gates (B, H, T) or None, mask (B, T).
     """
     out = probs @ values  # (B, H, T, dh)
