@@ -1,8 +1,9 @@
 """Forward hooks that hand each layer's inputs to a callback, removed in `finally` (STYLE practice 4).
 
 For layer l the callback receives `h` (the residual stream entering the block) and `z` (the attention input,
-i.e. the output of the block's input norm), both (B, T, d), as SPEC §4 defines them. Hooks read the HF modules
-in place: nothing is re-implemented, and the final norm is never mistaken for a layer input.
+i.e. the output of the block's input norm), both (B, T, d), as SPEC §4 defines them; where the family has no norm
+before attention (OLMo-2, post-LN OPT), attention reads `h` itself and `z` is `h`. Hooks read the HF modules in
+place: nothing is re-implemented, and the final norm is never mistaken for a layer input.
 """
 
 from __future__ import annotations
@@ -37,9 +38,14 @@ def layer_input_hooks(
     passes: list[int] = []  # one entry per forward pass of the base model inside the block
     handles = []
 
-    def block_pre_hook(index: int):
+    def block_pre_hook(index: int, reads_h: bool):
         def hook(_module, args, kwargs):
-            pending[index] = args[0] if args else kwargs["hidden_states"]
+            h = args[0] if args else kwargs["hidden_states"]
+            if reads_h:  # no input norm: the attention input is the residual stream itself
+                callback(index, h, h)
+                reached.add(index)
+            else:
+                pending[index] = h
 
         return hook
 
@@ -57,8 +63,10 @@ def layer_input_hooks(
             if not 0 <= index < len(blocks):
                 raise SinkscopeError(f"layer {index} does not exist: the model has layers 0..{len(blocks) - 1}")
             block = blocks[index]
-            handles.append(block.register_forward_pre_hook(block_pre_hook(index), with_kwargs=True))
-            handles.append(input_norm_module(lm.family, block).register_forward_hook(norm_hook(index)))
+            norm = input_norm_module(lm.family, block)
+            handles.append(block.register_forward_pre_hook(block_pre_hook(index, norm is None), with_kwargs=True))
+            if norm is not None:
+                handles.append(norm.register_forward_hook(norm_hook(index)))
         yield reached
     finally:
         for handle in handles:

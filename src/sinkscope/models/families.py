@@ -2,38 +2,65 @@
 
 Shared code never branches on an architecture name: it asks the `Family` of a model (STYLE practice 2).
 Weights are returned in the SPEC's row-vector convention: a head's value-output map is `y = x W_V^h W_O^h`.
+Every family here computes its attention through transformers' attention interface (`ALL_ATTENTION_FUNCTIONS`),
+which is where sinkscope reads the attention exactly; model types that compute it inside their own modules are
+refused (`REFUSED`), never analysed approximately.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import reduce
 
 import torch
 from torch import nn
 
 from sinkscope.errors import SinkscopeError
 
+QKV_LAYOUTS = ("separate", "concat", "per_head", "per_group")
+"""How query, key and value channels sit in the projection(s), per token:
+`separate`: three modules `q/k/v_proj`; `concat`: one module, `[q (H·dh) | k (KV·dh) | v (KV·dh)]` (GPT-2, Phi-3,
+Falcon multi-query); `per_head`: one module, `[q k v]` of head 0, then head 1, ... (GPT-NeoX, Falcon-7B style,
+KV = H); `per_group`: one module, per kv head its `group` queries then its key and value (Falcon's new decoder)."""
+
+ANALYSES = {
+    "capture": "attention statistics (sink, diagonal, entropy, switch, sink rate, key tokens)",
+    "geometry": "BOS geometry of h and z, half-space certificates",
+    "smoothing": "oversmoothing prediction vs observation (--smoothing)",
+    "weights": "weight forms W_QK, W_VO (sinkscope reproduce)",
+    "ablate": "head ablation (sinkscope ablate)",
+}
+"""The analyses a family entry can support, with the words `sinkscope models` prints."""
+
 
 @dataclass(frozen=True)
 class Family:
     """Where the parts of one architecture family live, relative to the base model (no LM head).
 
-    `layers` is the attribute of the base model holding the decoder blocks; `attention` and `input_norm` are
-    attributes of a block. `fused_qkv` marks GPT-2's `Conv1D` `c_attn` (weight stored as in×out) instead of
-    separate `q/k/v_proj` `nn.Linear`s (weight stored as out×in). `norm_gain_offset` is 1 where the norm
-    multiplies by `1 + weight` (Gemma), else 0. `norm` is "rmsnorm" or "layernorm". `post_attention_norm` names
-    the norm applied to the attention output before it joins the residual (Gemma 2/3's sandwich norm), if any.
-    `query_norm`/`key_norm` name the per-head QK-norms (Gemma 3, Qwen 3), used where the attention module has them.
+    `layers` is the (dotted) attribute path of the base model holding the decoder blocks; `attention` and
+    `input_norm` are attributes of a block; `input_norm` None means attention reads the residual stream itself
+    (OLMo-2, post-LN OPT: then z = h). `qkv` is one of `QKV_LAYOUTS`; `weights_in_out` marks GPT-2's `Conv1D`
+    (weight stored as in×out) instead of `nn.Linear` (out×in). `norm_gain_offset` is 1 where the norm multiplies
+    by `1 + weight` (Gemma), else 0. `norm` is "rmsnorm" or "layernorm". `post_attention_norm` names the norm
+    applied to the attention output before it joins the residual (Gemma 2/3's sandwich norm, OLMo-2), if any.
+    `query_norm`/`key_norm` name the QK-norms (per head: Gemma 3, Qwen 3; over all heads: OLMo-2, OLMoE), used
+    where the attention module has them. `parallel`: attention and MLP read the same block input (GPT-NeoX, Phi,
+    Falcon). `learned_sink` names the attention module's per-head sink logits (gpt-oss's `sinks`, passed to the
+    attention function as `s_aux`). `unsupported` maps an analysis of `ANALYSES` to why it does not apply.
+    `configure(config)` returns the fields that depend on the model's config (OPT's norm placement, Falcon's
+    layouts); `family_for(model_type, config)` applies it.
     """
 
     name: str
     model_types: tuple[str, ...]
     layers: str = "layers"
     attention: str = "self_attn"
-    input_norm: str = "input_layernorm"
+    input_norm: str | None = "input_layernorm"
     norm: str = "rmsnorm"
     norm_gain_offset: float = 0.0
-    fused_qkv: bool = False
+    qkv: str = "separate"
+    weights_in_out: bool = False
     value_proj: str = "v_proj"
     output_proj: str = "o_proj"
     post_attention_norm: str | None = None
@@ -41,6 +68,61 @@ class Family:
     key_proj: str = "k_proj"
     query_norm: str = "q_norm"
     key_norm: str = "k_norm"
+    parallel: bool = False
+    learned_sink: str | None = None
+    unsupported: tuple[tuple[str, str], ...] = ()
+    notes: str = ""
+    configure: Callable[[object], dict] | None = None
+
+    @property
+    def fused_qkv(self) -> bool:
+        """Whether query, key and value come out of one projection module."""
+        return self.qkv != "separate"
+
+    def supports(self, analysis: str) -> bool:
+        return analysis not in dict(self.unsupported)
+
+    def require(self, analysis: str) -> None:
+        """A clear error when `analysis` (a key of `ANALYSES`) does not apply to this family."""
+        reasons = dict(self.unsupported)
+        if analysis in reasons:
+            raise SinkscopeError(f"{ANALYSES[analysis]} is not available for {self.name} models: {reasons[analysis]}")
+
+
+NO_PRE_NORM = (
+    "its attention reads the residual stream without a norm before it, while the prediction linearises a pre-norm "
+    "(SPEC §5); run without --smoothing"
+)
+
+
+def _opt(config) -> dict:
+    if getattr(config, "do_layer_norm_before", True):
+        return {}
+    # OPT-350m: the block's norm runs after attention (post-LN), so attention reads h itself.
+    return {"input_norm": None, "unsupported": (("smoothing", NO_PRE_NORM),), "notes": "post-LN (OPT-350m): z = h"}
+
+
+def _falcon(config) -> dict:
+    new = bool(getattr(config, "new_decoder_architecture", False))
+    fields: dict = {"parallel": new or bool(getattr(config, "parallel_attn", True))}
+    if new:
+        fields["qkv"] = "per_group"
+        if (getattr(config, "num_ln_in_parallel_attn", None) or 2) == 2:
+            fields["input_norm"] = "ln_attn"
+    elif getattr(config, "multi_query", True):
+        fields["qkv"] = "concat"
+    else:
+        fields["qkv"] = "per_head"
+    if getattr(config, "alibi", False):
+        fields["notes"] = "ALiBi: the position bias enters as an additive mask (block path)"
+    return fields
+
+
+def _phi(config) -> dict:
+    if not getattr(config, "qk_layernorm", False):
+        return {}
+    reason = "its QK LayerNorms add a bias and centre each head, which a bilinear form cannot hold"
+    return {"unsupported": (("weights", reason),)}
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -61,13 +143,76 @@ FAMILIES: tuple[Family, ...] = (
         attention="attn",
         input_norm="ln_1",
         norm="layernorm",
-        fused_qkv=True,
+        qkv="concat",
+        weights_in_out=True,
         value_proj="c_attn",
         output_proj="c_proj",
         query_proj="c_attn",
         key_proj="c_attn",
     ),
+    Family(
+        "gpt_neox",
+        ("gpt_neox",),
+        attention="attention",
+        norm="layernorm",
+        qkv="per_head",
+        value_proj="query_key_value",
+        output_proj="dense",
+        query_proj="query_key_value",
+        key_proj="query_key_value",
+        parallel=True,
+        notes="Pythia; partial rotary; parallel attention and MLP (use_parallel_residual)",
+    ),
+    Family(
+        "opt",
+        ("opt",),
+        layers="decoder.layers",
+        input_norm="self_attn_layer_norm",
+        norm="layernorm",
+        output_proj="out_proj",
+        notes="learned positions; </s> is its BOS",
+        configure=_opt,
+    ),
+    Family(
+        "phi3",
+        ("phi3",),
+        qkv="concat",
+        value_proj="qkv_proj",
+        query_proj="qkv_proj",
+        key_proj="qkv_proj",
+    ),
+    Family("phi", ("phi",), norm="layernorm", output_proj="dense", parallel=True, configure=_phi),
+    Family(
+        "olmo2",
+        ("olmo2",),
+        input_norm=None,
+        post_attention_norm="post_attention_layernorm",
+        unsupported=(("smoothing", NO_PRE_NORM),),
+        notes="QK-norm over all heads; norms after attention and MLP, none before (z = h)",
+    ),
+    Family(
+        "falcon",
+        ("falcon",),
+        layers="h",
+        attention="self_attention",
+        norm="layernorm",
+        value_proj="query_key_value",
+        output_proj="dense",
+        query_proj="query_key_value",
+        key_proj="query_key_value",
+        configure=_falcon,
+    ),
+    Family("mixtral", ("mixtral",), notes="mixture-of-experts MLP"),
+    Family("qwen2_moe", ("qwen2_moe", "qwen3_moe"), notes="mixture-of-experts MLP"),
+    Family("olmoe", ("olmoe",), notes="mixture-of-experts MLP; QK-norm over all heads"),
 )
+
+REFUSED = {
+    model_type: "transformers computes its attention inside the model's own module, outside the attention "
+    "interface where sinkscope reads it exactly"
+    for model_type in ("bloom", "mpt", "gpt_neo", "gpt_neox_japanese")
+}
+"""Model types that cannot be analysed exactly, with the reason `family_for` gives."""
 
 
 def supported_model_types() -> list[str]:
@@ -75,11 +220,19 @@ def supported_model_types() -> list[str]:
     return sorted(t for family in FAMILIES for t in family.model_types)
 
 
-def family_for(model_type: str) -> Family:
-    """The family entry for a `config.model_type`, or a clear error listing the supported ones."""
+def family_for(model_type: str, config=None) -> Family:
+    """The family entry for a `config.model_type` (with `config`, its config-dependent fields applied), or a clear
+    error: why the type is refused, or which types are supported."""
+    if model_type in REFUSED:
+        raise SinkscopeError(f"model type '{model_type}' is not supported: {REFUSED[model_type]}")
     for family in FAMILIES:
         if model_type in family.model_types:
-            return family
+            if config is None or family.configure is None:
+                return family
+            fields = family.configure(config)
+            if "unsupported" in fields:
+                fields["unsupported"] = family.unsupported + fields["unsupported"]
+            return replace(family, **fields)
     raise SinkscopeError(
         f"model type '{model_type}' has no sinkscope family entry; supported: "
         f"{', '.join(supported_model_types())} (add one to sinkscope/models/families.py)"
@@ -112,27 +265,67 @@ def head_layout(config) -> HeadLayout:
 
 def decoder_layers(family: Family, base: nn.Module) -> list[nn.Module]:
     """The decoder blocks of a base model, in order."""
-    return list(getattr(base, family.layers))
+    return list(reduce(getattr, family.layers.split("."), base))
 
 
 def attention_module(family: Family, layer: nn.Module) -> nn.Module:
     return getattr(layer, family.attention)
 
 
-def input_norm_module(family: Family, layer: nn.Module) -> nn.Module:
-    """The norm whose output is the attention input `z` (SPEC §4)."""
-    return getattr(layer, family.input_norm)
+def input_norm_module(family: Family, layer: nn.Module) -> nn.Module | None:
+    """The norm whose output is the attention input `z` (SPEC §4); None where attention reads `h` itself."""
+    return None if family.input_norm is None else getattr(layer, family.input_norm)
 
 
 def post_attention_norm_module(family: Family, layer: nn.Module) -> nn.Module | None:
-    """The norm between the attention output and the residual (Gemma 2/3), or None where there is none."""
+    """The norm between the attention output and the residual (Gemma 2/3, OLMo-2), or None where there is none."""
     return None if family.post_attention_norm is None else getattr(layer, family.post_attention_norm)
 
 
 def norm_gain(family: Family, layer: nn.Module) -> torch.Tensor:
     """Per-channel gain `g` of the attention input norm, shape (d,): `z = normalise(x) * g`."""
-    weight = input_norm_module(family, layer).weight.detach()
-    return weight.float() + family.norm_gain_offset
+    norm = input_norm_module(family, layer)
+    if norm is None:
+        raise SinkscopeError(f"{family.name} models have no norm before attention, hence no input-norm gain")
+    return norm.weight.detach().float() + family.norm_gain_offset
+
+
+def projection_channels(family: Family, layout: HeadLayout, which: str) -> torch.Tensor:
+    """Output channels of the projection module that hold the queries (`which` = "q"), keys ("k") or values
+    ("v"), ordered head by head: (n·head_dim,) indices with n = n_heads for queries, else n_kv_heads.
+
+    The layouts are those of `QKV_LAYOUTS`; for `per_group` the kv heads hold `group` query heads each.
+    """
+    H, KV, dh, group = layout.n_heads, layout.n_kv_heads, layout.head_dim, layout.group
+    n = H if which == "q" else KV
+    within = torch.arange(dh)
+    if family.qkv == "separate":
+        return torch.arange(n * dh)
+    if family.qkv == "concat":  # [q (H·dh) | k (KV·dh) | v (KV·dh)]
+        return {"q": 0, "k": H * dh, "v": (H + KV) * dh}[which] + torch.arange(n * dh)
+    if family.qkv == "per_head":  # (H, 3, dh): per head its q, k, v
+        return (torch.arange(H)[:, None] * 3 * dh + "qkv".index(which) * dh + within).flatten()
+    if family.qkv == "per_group":  # (KV, group + 2, dh): per kv head its group of queries, then k, v
+        width = (group + 2) * dh
+        if which == "q":
+            return (torch.arange(KV)[:, None, None] * width + torch.arange(group)[:, None] * dh + within).flatten()
+        slot = group if which == "k" else group + 1
+        return (torch.arange(KV)[:, None] * width + slot * dh + within).flatten()
+    raise SinkscopeError(f"family {family.name}: unknown qkv layout {family.qkv!r}; use one of {QKV_LAYOUTS}")
+
+
+def _in_out(family: Family, module: nn.Module) -> torch.Tensor:
+    """A projection's weight as (in, out): `Conv1D` stores it so, `nn.Linear` as (out, in)."""
+    weight = module.weight.detach()
+    return weight if family.weights_in_out else weight.T
+
+
+def projection_map(family: Family, attn: nn.Module, layout: HeadLayout, which: str) -> torch.Tensor:
+    """The query ("q"), key ("k") or value ("v") map of every head, row-vector form: (n, d, head_dim), n = n_heads
+    for queries, n_kv_heads for keys and values; biases are left out."""
+    name = {"q": family.query_proj, "k": family.key_proj, "v": family.value_proj}[which]
+    weight = _in_out(family, getattr(attn, name))[:, projection_channels(family, layout, which)]  # (d, n·dh)
+    return weight.float().reshape(layout.d_model, -1, layout.head_dim).permute(1, 0, 2)
 
 
 def value_output_maps(family: Family, layer: nn.Module, layout: HeadLayout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,18 +336,15 @@ def value_output_maps(family: Family, layer: nn.Module, layout: HeadLayout) -> t
     Biases are ignored: they shift every token equally and do not enter `W`.
     """
     attn = attention_module(family, layer)
-    d, dh = layout.d_model, layout.head_dim
-    if family.fused_qkv:
-        # Conv1D stores (in, out); c_attn's output columns are [q | k | v].
-        w_v = getattr(attn, family.value_proj).weight.detach()[:, 2 * d : 3 * d]  # (d, kv*dh)
-        w_o = getattr(attn, family.output_proj).weight.detach()  # (H*dh, d)
-    else:
-        w_v = getattr(attn, family.value_proj).weight.detach().T  # (d, kv*dh)
-        w_o = getattr(attn, family.output_proj).weight.detach().T  # (H*dh, d)
-    w_v = w_v.reshape(d, layout.n_kv_heads, dh).permute(1, 0, 2)  # (kv, d, dh)
-    w_v = w_v.repeat_interleave(layout.group, dim=0)  # (H, d, dh)
-    w_o = w_o.reshape(layout.n_heads, dh, d)  # (H, dh, d)
-    return w_v.float(), w_o.float()
+    w_v = projection_map(family, attn, layout, "v").repeat_interleave(layout.group, dim=0)  # (H, d, dh)
+    w_o = _in_out(family, getattr(attn, family.output_proj)).float()  # (H·dh, d)
+    return w_v, w_o.reshape(layout.n_heads, layout.head_dim, layout.d_model)
+
+
+def _norm_gains(family: Family, norm: nn.Module, n: int, head_dim: int) -> torch.Tensor:
+    """A QK-norm's gain as (n, 1, head_dim): per head (`head_dim` gains shared) or over all heads (n·head_dim)."""
+    gain = norm.weight.detach().float() + family.norm_gain_offset
+    return gain.reshape(-1, 1, head_dim).expand(n, 1, head_dim)
 
 
 def query_key_maps(family: Family, layer: nn.Module, layout: HeadLayout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,26 +352,22 @@ def query_key_maps(family: Family, layer: nn.Module, layout: HeadLayout) -> tupl
 
     Head h's position-free score is `z_i W_Q[h] W_K[h]ᵀ z_jᵀ` (GQA: heads of one group share their kv head's key
     map), times the module's constant `scaling`, which is folded into `W_Q`. Where the attention module has
-    per-head QK-norms (`q = rms(z W_Q) ⊙ g_q`), their gains are folded in; the per-token RMS factors they also
-    apply are positive scalars and cannot be (they rescale a token's logits, not the form's directions).
-    Biases are ignored. RoPE is not applied: this is the form at relative offset 0.
+    QK-norms (`q = rms(z W_Q) ⊙ g_q`, per head or over all heads), their gains are folded in; the per-token RMS
+    factors they also apply are positive scalars and cannot be (they rescale a token's logits, not the form's
+    directions). Biases are ignored. RoPE is not applied: this is the form at relative offset 0.
     """
+    family.require("weights")
     attn = attention_module(family, layer)
-    d, dh, H, kv = layout.d_model, layout.head_dim, layout.n_heads, layout.n_kv_heads
-    if family.fused_qkv:  # Conv1D stores (in, out); c_attn's output columns are [q | k | v]
-        weight = getattr(attn, family.query_proj).weight.detach()
-        w_q, w_k = weight[:, :d], weight[:, d : 2 * d]  # (d, H*dh)
-    else:
-        w_q = getattr(attn, family.query_proj).weight.detach().T  # (d, H*dh)
-        w_k = getattr(attn, family.key_proj).weight.detach().T  # (d, kv*dh)
-    w_q = w_q.float().reshape(d, H, dh).permute(1, 0, 2)  # (H, d, dh)
-    w_k = w_k.float().reshape(d, kv, dh).permute(1, 0, 2).repeat_interleave(layout.group, dim=0)  # (H, d, dh)
-    for name, which in ((family.query_norm, "q"), (family.key_norm, "k")):
-        norm = getattr(attn, name, None)
-        if norm is not None and getattr(norm, "weight", None) is not None:
-            gain = norm.weight.detach().float() + family.norm_gain_offset  # (dh,)
-            w_q, w_k = (w_q * gain, w_k) if which == "q" else (w_q, w_k * gain)
+    dh, H, kv = layout.head_dim, layout.n_heads, layout.n_kv_heads
+    w_q = projection_map(family, attn, layout, "q")  # (H, d, dh)
+    w_k = projection_map(family, attn, layout, "k")  # (kv, d, dh)
+    norm = getattr(attn, family.query_norm, None)
+    if norm is not None and getattr(norm, "weight", None) is not None:
+        w_q = w_q * _norm_gains(family, norm, H, dh)
+    norm = getattr(attn, family.key_norm, None)
+    if norm is not None and getattr(norm, "weight", None) is not None:
+        w_k = w_k * _norm_gains(family, norm, kv, dh)
     scaling = getattr(attn, "scaling", None)
     if scaling is None:
         scaling = dh**-0.5
-    return w_q * float(scaling), w_k
+    return w_q * float(scaling), w_k.repeat_interleave(layout.group, dim=0)

@@ -262,7 +262,7 @@ def load_model(
         model.to(device)
     model.eval().requires_grad_(False)
     config = getattr(model.config, "text_config", None) or model.config
-    family = family_for(config.model_type)
+    family = family_for(config.model_type, config)
     identity.update(
         model_type=config.model_type,
         family=family.name,

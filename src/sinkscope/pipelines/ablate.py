@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module
+from sinkscope.models.families import attention_module, projection_channels
 from sinkscope.models.load import LoadedModel
 from sinkscope.staging import check_replaceable, staged_directory
 
@@ -66,7 +66,7 @@ def head_ablation(lm: LoadedModel, heads: Iterable[Head], mode: str = "zero") ->
             )
         by_layer[layer].append(head)
     dh, group = layout.head_dim, layout.group
-    value_start = (layout.n_heads + layout.n_kv_heads) * dh if family.fused_qkv else 0
+    value_channels = projection_channels(family, layout, "v").to(lm.device)  # of the value projection
     first_values: dict[int, Tensor] = {}  # layer → v_0 of every kv head, (B, n_kv, dh)
     reached: set[int] = set()
     passes: list[int] = []  # one entry per forward pass of the base model inside the block
@@ -74,7 +74,7 @@ def head_ablation(lm: LoadedModel, heads: Iterable[Head], mode: str = "zero") ->
 
     def value_hook(layer: int):
         def hook(_module, _args, output):
-            values = output[..., value_start : value_start + layout.n_kv_heads * dh]  # (B, T, n_kv*dh)
+            values = output[..., value_channels]  # (B, T, n_kv*dh)
             first_values[layer] = values[:, 0].reshape(values.shape[0], layout.n_kv_heads, dh)
 
         return hook

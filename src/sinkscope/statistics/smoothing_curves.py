@@ -95,6 +95,7 @@ class SmoothingCurves(Statistic):
         self, lm: LoadedModel, seq_len: int, layers: Sequence[int] | None = None, lambdas: Sequence[float] = LAMBDAS
     ) -> None:
         super().__init__()
+        lm.family.require("smoothing")  # the prediction assumes a norm before attention
         if seq_len < 3:
             raise SinkscopeError(f"--seq-len {seq_len} is too short for smoothing: it needs ≥ 2 context tokens")
         self.lm, self.seq_len = lm, seq_len
