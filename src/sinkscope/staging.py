@@ -7,11 +7,17 @@
   `.NAME.tmp-PID`), then rename into place; on an exception the sibling is removed.
 * Siblings left by a process that was killed (SIGKILL leaves no chance to clean up) are removed by the next
   command that writes the same result; the PID in their name tells a dead writer from a live one.
+* A result is replaced only when the user asked (`--overwrite`) and it holds nothing but one sinkscope result: never
+  a folder of other files, never results nested inside it, never a file that is not a sinkscope page.
+* `--out` a symbolic link to a directory writes where the link points; the link itself stays.
+* `safe_name(text)`: a folder name for user text (grid run names, sweep cells) that is one plain path component,
+  so it stays inside `--out`, and distinct texts give distinct names.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -26,6 +32,52 @@ from sinkscope.errors import SinkscopeError
 # The file every kind of result directory holds: analyze and cost runs, ablations, train-bb runs.
 MARKERS = ("run.json", "ablation.json", "summary.json")
 _TEMPORARY = re.compile(r"\.(?:partial|tmp)-(\d+)(?:-|$)")
+# What `sinkscope ... --out FILE` may replace: a page its page builder wrote (templates/base.html.j2).
+PAGE_MARKER = b'<meta name="generator" content="sinkscope'
+_PLAIN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,63}")
+
+
+def safe_name(text: str) -> str:
+    """One plain path component for the user text `text` (a grid run name, a sweep cell's model or corpus).
+
+    `text` itself when it is plain (letters, digits, `._+-`, not starting with `.`, at most 64 characters);
+    otherwise its plain characters (every run of others as `-`, at most 40) then `-` and the first 10 hex digits of
+    sha256(text), so two distinct texts never share a name (a plain text ending in such a digest aside, 2^-40).
+    Never empty, `.`, `..`, hidden, nor holding a path separator.
+    """
+    if _PLAIN.fullmatch(text):
+        return text
+    readable = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip(".-")[:40].rstrip(".")
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{readable}-{digest}" if readable else digest
+
+
+def child(parent: str | Path, name: str) -> Path:
+    """`parent / name` for a name built from user input, checked to be one component directly inside `parent`."""
+    path = Path(parent) / name
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name or path.parent != Path(parent):
+        raise SinkscopeError(f"{name!r} is not a plain folder name inside {parent}")  # a bug, not user input
+    return path
+
+
+def real_target(path: str | Path, what: str = "--out") -> Path:
+    """`path`, or where it points when it is a symbolic link to a directory (results are written there and the
+    link stays); a link to anything else, or to nothing, is refused in one line."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    target = path.resolve()
+    if not target.is_dir():
+        raise SinkscopeError(
+            f"{what} {path} is a symbolic link to {target}, which is not a directory; point it at a directory or "
+            f"choose another {what}"
+        )
+    return target
+
+
+def nested_results(directory: Path) -> list[Path]:
+    """Sinkscope results stored inside the result `directory` (which `--overwrite` would delete with it)."""
+    return sorted({p.parent for name in MARKERS for p in Path(directory).rglob(name) if p.parent != Path(directory)})
 
 
 def is_result_directory(directory: Path) -> bool:
@@ -36,7 +88,7 @@ def is_result_directory(directory: Path) -> bool:
 def check_replaceable(directory: str | Path, overwrite: bool) -> None:
     """Refuse an existing non-empty `directory` unless `overwrite`, and refuse `overwrite` of anything that is
     not a sinkscope result (an empty directory is always fine)."""
-    directory = Path(directory)
+    directory = real_target(directory)
     if directory.exists() and not directory.is_dir():
         raise SinkscopeError(f"--out {directory} exists and is not a directory; choose another --out")
     if directory.is_dir() and any(directory.iterdir()):
@@ -46,6 +98,12 @@ def check_replaceable(directory: str | Path, overwrite: bool) -> None:
             raise SinkscopeError(
                 f"--out {directory} holds files that are not a sinkscope result (no run.json), so --overwrite "
                 "will not delete it; choose another --out or empty it yourself"
+            )
+        nested = nested_results(directory)
+        if nested:
+            raise SinkscopeError(
+                f"--out {directory} holds other sinkscope results ({', '.join(map(str, nested[:3]))}), so --overwrite "
+                "will not delete it; move them out first or choose another --out"
             )
 
 
@@ -100,7 +158,7 @@ def claimed_output(directory: str | Path, overwrite: bool = False, resume: bool 
     still empty, it is removed again. `resume=True` (a grid filled run by run, whose caller checked what the folder
     holds) skips the replace check and only takes the lock.
     """
-    directory = Path(directory)
+    directory = real_target(directory)
     if not resume:
         check_replaceable(directory, overwrite)
     clean_stale(directory)
@@ -150,37 +208,79 @@ def staged_directory(directory: str | Path) -> Iterator[Path]:
     raises, it is removed, so a crash or Ctrl-C never leaves a half-written result behind. An existing non-empty
     `directory` is replaced only if it is a sinkscope result.
     """
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(directory)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-"))
+    directory = real_target(directory)
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(directory)
+        staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-"))
+    except OSError as err:
+        raise SinkscopeError(f"cannot write {directory}: {err.strerror or err}") from None
     try:
         yield staging
         staging.chmod(0o755)  # mkdtemp makes it private
         if directory.exists():
             check_replaceable(directory, overwrite=True)
-            shutil.rmtree(directory)
-        staging.rename(directory)
+            # the old result moves aside first and goes only once the new one is in place
+            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-old-"))
+            directory.rename(old / directory.name)
+            try:
+                staging.rename(directory)
+            except BaseException:
+                (old / directory.name).rename(directory)
+                shutil.rmtree(old, ignore_errors=True)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(directory)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SinkscopeError(
+            f"cannot write {directory}: {err.strerror or err}{_where(err)}; nothing was changed there, free space "
+            "or choose another place and rerun"
+        ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
+def _where(err: OSError) -> str:
+    return f" (writing {Path(err.filename).name})" if err.filename else ""
+
+
 def check_file_target(path: str | Path) -> None:
     """Refuse a file `--out` that names a directory or lies in a folder that does not exist."""
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
     if path.is_dir():
         raise SinkscopeError(f"--out {path} is a directory; name a file, e.g. {path / 'report.html'}")
     if not path.parent.is_dir():
         raise SinkscopeError(f"--out {path}: folder {path.parent} does not exist; create it or choose another --out")
+    if path.exists() and not is_page(path):
+        raise SinkscopeError(
+            f"--out {path} exists and is not a page sinkscope wrote, so it will not be replaced; choose another "
+            "--out or delete it yourself"
+        )
+
+
+def is_page(path: Path) -> bool:
+    """Whether the file `path` is a page of sinkscope's page builder (its generator marker near the top)."""
+    try:
+        with open(path, "rb") as handle:
+            return PAGE_MARKER in handle.read(4096)
+    except OSError:
+        return False
 
 
 @contextmanager
 def staged_file(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling `.NAME.tmp-PID` to write; it replaces `path` when the block finishes and is
-    removed when it raises. `path` naming a directory or lying in a missing folder is refused first."""
+    removed when it raises. `path` naming a directory, lying in a missing folder or being a file that is not a
+    sinkscope page is refused first; a symbolic link is followed (the page goes where it points)."""
     path = Path(path)
     check_file_target(path)
+    if path.is_symlink():
+        path = path.resolve()
     clean_stale(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -188,7 +288,28 @@ def staged_file(path: str | Path) -> Iterator[Path]:
         tmp.replace(path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise SinkscopeError(f"cannot write {path}: {err.strerror or err}") from None
+        raise SinkscopeError(
+            f"cannot write {path}: {err.strerror or err}; the previous file (if any) is unchanged; free space or "
+            "choose another --out"
+        ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def staged_file_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` whole or not at all (a temporary sibling `.NAME.tmp-PID`, renamed over `path`), for
+    files inside a result directory sinkscope owns; a full disk leaves the previous file and is one line."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise SinkscopeError(f"cannot write {path}: {err.strerror or err}; the previous file (if any) is unchanged; "
+                             "free space and rerun") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

@@ -6,11 +6,14 @@ exceedances at every ε at once (`AnalyzeConfig.epsilons`), so the ε sweep neve
 stores per-window scores:
 its state stays constant in the number of windows. A cell is a run directory under `out/cells/`; a finished
 cell (its run.json exists, computed with the same settings) is skipped, so an interrupted sweep continues where
-it stopped. The tidy table `sweep.parquet` / `sweep.csv` has one row per model × corpus × T × ε.
+it stopped (from any cell). The sweep holds `out`'s lock (as analyze does), so a second sweep on the same `out` is
+refused instead of computing every cell again. The tidy table `sweep.parquet` / `sweep.csv` has one row per
+model × corpus × T × ε.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -21,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.staging import child, claimed_output, real_target, staged_file_bytes
 
 ROW_COLUMNS = (
     "model", "corpus", "seq_len", "epsilon", "windows", "sink_rate", "sink_rate_of_mean", "mean_sink_score",
@@ -82,17 +86,57 @@ class SweepConfig:
 
 
 def cell_name(model: str, corpus: str, seq_len: int) -> str:
-    """A directory name for a cell, readable and safe on every file system."""
+    """A directory name for a cell: `MODEL__CORPUS__T<T>`, readable and safe on every file system, and distinct for
+    distinct cells. When a model or corpus holds a character other than `A-Za-z0-9.+-` (each run of them shows as
+    `-`), or is long, the name ends in `-` and 10 hex digits of sha256 of the pair, so `корпус.txt` and `语料.txt`
+    (both `.txt` when read) get two cells."""
+    name = _legacy_cell_name(model, corpus, seq_len)
+    if name == f"{model}__{corpus}__T{seq_len}" and not name.startswith(".") and len(name) <= 120:
+        return name
+    parts = (re.sub(r"[^A-Za-z0-9.+-]+", "-", part).strip("-.")[:40] for part in (model, corpus))
+    digest = hashlib.sha256(json.dumps([model, corpus]).encode()).hexdigest()[:10]
+    return f"{'__'.join(parts)}__T{seq_len}-{digest}"
+
+
+def _legacy_cell_name(model: str, corpus: str, seq_len: int) -> str:
+    """The name sweeps before issue 26 gave a cell (not unique: 'корпус.txt' and '语料.txt' shared one)."""
     slug = "__".join(re.sub(r"[^A-Za-z0-9.+-]+", "-", part).strip("-") for part in (model, corpus))
     return f"{slug}__T{seq_len}"
 
 
-def finished_cell(directory: Path, settings: dict) -> bool:
-    """Whether `directory` holds a cell computed with `settings`; a cell computed otherwise is refused."""
+def cell_directory(out: Path, model: str, corpus: str, seq_len: int, settings: dict) -> Path:
+    """Where a cell lives under `out/cells/`: its `cell_name`, or the name an earlier sinkscope gave it when that
+    folder holds exactly this cell (its run.json records the model and corpus as given), so old sweeps resume."""
+    directory = child(out / "cells", cell_name(model, corpus, seq_len))
+    legacy = child(out / "cells", _legacy_cell_name(model, corpus, seq_len))
+    if legacy != directory and not directory.exists() and _saved_settings(legacy) == settings:
+        return legacy
+    return directory
+
+
+def _saved_settings(directory: Path) -> dict | None:
+    """The `sweep_cell` settings a cell's run.json records (None without one); a corrupt run.json is one line."""
     meta_path = directory / "run.json"
     if not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SinkscopeError(
+            f"sweep cell {meta_path} is unreadable ({err}); delete the folder {directory} and rerun to recompute it"
+        ) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("sweep_cell"), dict):
+        raise SinkscopeError(
+            f"sweep cell {meta_path} is not a sweep cell's run.json; delete the folder {directory} and rerun"
+        )
+    return meta["sweep_cell"]
+
+
+def finished_cell(directory: Path, settings: dict) -> bool:
+    """Whether `directory` holds a cell computed with `settings`; a cell computed otherwise is refused."""
+    if not (directory / "run.json").is_file():
         return False
-    saved = json.loads(meta_path.read_text(encoding="utf-8")).get("sweep_cell")
+    saved = _saved_settings(directory)
     if saved != settings:
         changed = sorted(k for k in settings if (saved or {}).get(k) != settings[k])
         raise SinkscopeError(
@@ -121,28 +165,39 @@ def sweep(config: SweepConfig, out: str | Path, *, progress: bool = True, echo: 
           ) -> pd.DataFrame:  # fmt: skip
     """Run every missing cell of `config` into `out/cells/`, then write `out/sweep.parquet`, `out/sweep.csv`,
     `out/figures/*.png` and `out/report.html`; returns the tidy table. `echo` gets one line per cell."""
+    out = real_target(Path(out))
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "cells").is_dir())):
+        raise SinkscopeError(f"--out {out} exists and is not a sweep directory; choose another directory")
+    cells = [(m, c, t) for m in config.models for c in config.corpora for t in config.seq_lens]
+    names = [cell_name(*cell) for cell in cells]
+    if len({name.casefold() for name in names}) != len(names):
+        raise SinkscopeError(f"two sweep cells would share a folder ({', '.join(names)}); rename a corpus or model")
+    with claimed_output(out, resume=True):  # the lock analyze takes: a second sweep on `out` is refused
+        return _sweep(config, out, cells, progress, echo)
+
+
+def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], progress: bool,
+           echo: Callable[[str], None]) -> pd.DataFrame:  # fmt: skip
     from sinkscope.corpus.windows import windows
     from sinkscope.models.load import load_model
     from sinkscope.pipelines.analysis import AnalyzeConfig, analyze, check_seq_len
 
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "cells").is_dir())):
-        raise SinkscopeError(f"--out {out} exists and is not a sweep directory; choose another directory")
-    cells = [(m, c, t) for m in config.models for c in config.corpora for t in config.seq_lens]
-    done = {cell: finished_cell(out / "cells" / cell_name(*cell), config.cell_settings(*cell)) for cell in cells}
+    directories = {cell: cell_directory(out, *cell, config.cell_settings(*cell)) for cell in cells}
+    done = {cell: finished_cell(directories[cell], config.cell_settings(*cell)) for cell in cells}
     analyze_config = AnalyzeConfig(epsilon=config.table_epsilon, epsilons=config.epsilons, geometry_cap=0,
                                    seed=config.seed)  # fmt: skip
     rows: list[dict] = []
+    lm, loaded = None, None
     for index, cell in enumerate(cells):
         model, corpus, seq_len = cell
-        directory = out / "cells" / cell_name(*cell)
+        directory = directories[cell]
         label = f"[{index + 1}/{len(cells)}] {model} · {corpus} · T={seq_len}"
         if done[cell]:
             echo(f"{label}: finished before, skipped")
         else:
-            if index == 0 or cells[index - 1][0] != model:  # load each model once, for its first missing cell
+            if loaded != model:  # each model loads once, for its first missing cell (whichever that is)
                 started = time.perf_counter()
-                lm = load_model(model, device=config.device, dtype=config.dtype)
+                lm, loaded = load_model(model, device=config.device, dtype=config.dtype), model
                 for length in config.seq_lens:
                     check_seq_len(lm, length)
                 echo(f"loaded {model} in {time.perf_counter() - started:.1f} s")
@@ -165,9 +220,7 @@ def write_sweep(table: pd.DataFrame, out: Path, config: SweepConfig) -> None:
     """The tidy table (parquet and CSV), the figures and the report page of a sweep, each written atomically."""
     from sinkscope.report.sweep_page import write_sweep_report
 
-    (out / "sweep.json").write_text(json.dumps({"config": asdict(config)}, indent=2), encoding="utf-8")
-    for suffix, write in ((".parquet", table.to_parquet), (".csv", table.to_csv)):
-        tmp = out / f".sweep{suffix}.tmp"
-        write(tmp, index=False)
-        tmp.replace(out / f"sweep{suffix}")
+    staged_file_bytes(out / "sweep.json", json.dumps({"config": asdict(config)}, indent=2).encode())
+    staged_file_bytes(out / "sweep.parquet", table.to_parquet(index=False))
+    staged_file_bytes(out / "sweep.csv", table.to_csv(index=False).encode())
     write_sweep_report(table, out / "report.html", figures_dir=out / "figures", epsilon=config.table_epsilon)

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.staging import child, safe_name
 from sinkscope.synthetic.summary import row_pattern
 from sinkscope.synthetic.train import RunConfig, train_bb
 
@@ -55,7 +56,10 @@ def load_grid(name_or_path: str) -> dict[str, dict[str, Any]]:
         raise SinkscopeError(
             f"--grid {name_or_path!r}: neither a built-in grid ({', '.join(GRIDS)}, regimes) nor a JSON file"
         )
-    grid = json.loads(path.read_text())
+    try:
+        grid = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SinkscopeError(f"--grid {path} is not a JSON file ({err}); fix it or pass a built-in grid") from None
     if not isinstance(grid, dict) or not all(isinstance(v, dict) for v in grid.values()):
         raise SinkscopeError(f"--grid {path}: expected a JSON object {{run name: {{section.field: value}}}}")
     return grid
@@ -115,9 +119,33 @@ def seed_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Write `path` whole or not at all (a temporary sibling, renamed); a full disk is one line."""
     tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.rename(path)
+    try:
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise SinkscopeError(f"cannot write {path}: {err.strerror or err}; free space and rerun (finished runs are "
+                             "kept and reused)") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def run_folders(grid: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """{run name: its folder} (`safe_name`); names whose folders would coincide on a case-insensitive file system
+    are refused in one line."""
+    folders = {name: safe_name(name) for name in grid}
+    seen: dict[str, str] = {}
+    for name, folder in folders.items():
+        other = seen.setdefault(folder.casefold(), name)
+        if other != name:
+            raise SinkscopeError(
+                f"--grid runs {other!r} and {name!r} would share one folder ({folder}) on a case-insensitive file "
+                "system; rename one of them"
+            )
+    return folders
 
 
 def run_grid(
@@ -134,14 +162,17 @@ def run_grid(
     `out_dir/seeds.parquet` (mean ± spread over seeds, see `seed_table`).
 
     Runs whose directory already holds a summary.json are reused unless `overwrite`, so an interrupted grid
-    resumes where it stopped.
+    resumes where it stopped. A run's folder is `staging.safe_name(name)`: the name itself when it is plain, else
+    a readable part and a hash, always one folder inside `out_dir`.
     """
     out_dir = Path(out_dir)
+    folders = run_folders(grid)
     jobs = []  # (name, seed or None, run dir, config), all validated before any training
     for name, overrides in grid.items():
         for seed in seeds if seeds else (None,):
             extra = {} if seed is None else {"train.seed": seed}
-            run_dir = out_dir / name if seed is None else out_dir / name / f"seed_{seed}"
+            run_dir = child(out_dir, folders[name])
+            run_dir = run_dir if seed is None else child(run_dir, f"seed_{seed}")
             jobs.append((name, seed, run_dir, base.with_overrides({**overrides, **extra})))
     rows, timelines = [], []
     for name, seed, run_dir, config in jobs:

@@ -1,0 +1,157 @@
+"""Issue 26, reliability round two: no result lost or overwritten under any fault, no path outside `--out`, every
+failure one line.
+
+Full disks are an `OSError(ENOSPC)` injected into the write; interruptions are real SIGINT/SIGTERM sent to real
+`sinkscope` subprocesses. Models are the tiny random Llama of `tiny_checkpoint.py`; train-bb runs are 4 steps.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import sinkscope.models.load
+from sinkscope.cli.main import main
+
+from .tiny_checkpoint import save_tiny_llama, write_corpus
+
+TINY_BB = ["--steps", "4", "--eval-every", "2", "--layers", "1", "--heads", "1", "--d-model", "16", "--length", "9",
+           "--vocab-size", "8", "--triggers", "2", "--batch-size", "4", "--set", "train.eval_batch_size=8",
+           "--set", "train.warmup_steps=1", "--quiet"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return save_tiny_llama(root / "model"), write_corpus(root / "corpus.txt", documents=60)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def no_report(monkeypatch):
+    """Skip drawing report.html (tested in tests/browser) so each run takes about a second."""
+    import sinkscope.report.html
+
+    monkeypatch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading a model fails the test: the error must come before it."""
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("the model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(sinkscope.models.load, "load_model", tripwire)
+
+
+def analyze_args(tiny, *extra: str) -> list[str]:
+    model, corpus = tiny
+    return ["analyze", "--model", str(model), "--corpus", str(corpus), "--seq-len", "12", "--max-windows", "6",
+            "--batch-size", "2", "--geometry-cap", "0", "--quiet", *extra]  # fmt: skip
+
+
+def one_error(capsys, argv: list[str], code: int = 2) -> str:
+    """Run the CLI; assert it exits with `code` and printed exactly one error line and no traceback."""
+    capsys.readouterr()
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if ": error: " in line or ": interrupted" in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its bytes (hidden ones included)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# --- 1. grid run names never leave --out ------------------------------------------------------------------------
+
+
+def test_grid_names_cannot_write_or_delete_outside_out(tmp_path, capsys):
+    victim = tmp_path / "victim"  # an analyze run next to --out
+    victim.mkdir()
+    (victim / "run.json").write_text('{"precious": true}')
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"../victim": {}, str(tmp_path / "abs"): {}, "ok": {}}))
+    out = tmp_path / "g"
+    assert main(["train-bb", "--out", str(out), "--grid", str(grid), *TINY_BB]) == 0
+    assert (victim / "run.json").read_text() == '{"precious": true}' and not (tmp_path / "abs").exists()
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert len(folders) == 3 and "ok" in folders and all((out / f / "summary.json").is_file() for f in folders)
+    assert sorted(pd.read_parquet(out / "summary.parquet")["run"]) == sorted(["../victim", str(tmp_path / "abs"), "ok"])
+    assert {p.parent for p in tmp_path.rglob("summary.json")} == {out / f for f in folders}
+
+
+# --- 2, 4, 9. sweeps: resume from any cell, distinct cells, one writer ----------------------------------------
+
+
+def sweep_args(tiny, out: Path, corpora: str, *extra: str) -> list[str]:
+    model, _ = tiny
+    return ["sweep", "--models", str(model), "--corpora", corpora, "--seq-lens", "8,12", "--epsilons", "0.3",
+            "--max-windows", "2", "--batch-size", "2", "--quiet", "--out", str(out), *extra]  # fmt: skip
+
+
+def test_sweep_resumes_when_a_models_first_cell_is_done_and_a_later_one_is_not(tiny, tmp_path, capsys):
+    _, corpus = tiny
+    out = tmp_path / "sw"
+    assert main(sweep_args(tiny, out, str(corpus))) == 0
+    first = pd.read_csv(out / "sweep.csv")
+    second_cell = out / "cells" / first["cell"].iloc[1]  # the model's second cell, as after Ctrl-C at cell 2 of 2
+    for path in second_cell.iterdir():
+        path.unlink()
+    second_cell.rmdir()
+    capsys.readouterr()
+    assert main(sweep_args(tiny, out, str(corpus))) == 0  # was: UnboundLocalError: 'lm'
+    err = capsys.readouterr().err
+    assert "[1/2]" in err and "skipped" in err and err.count("analysing") == 1
+    again = pd.read_csv(out / "sweep.csv")
+    pd.testing.assert_frame_equal(again.drop(columns="analyze_seconds"), first.drop(columns="analyze_seconds"))
+
+
+def test_sweep_cells_of_corpora_with_non_latin_names_do_not_collide(tiny, tmp_path):
+    _, corpus = tiny
+    text = corpus.read_text().split("\n\n")
+    ru, zh = tmp_path / "корпус.txt", tmp_path / "语料.txt"
+    ru.write_text("\n\n".join(text[:20]))
+    zh.write_text("\n\n".join(text[30:50]))
+    out = tmp_path / "sw"
+    assert main(sweep_args(tiny, out, f"{ru},{zh}")) == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert table["cell"].nunique() == 4 == len({p.name for p in (out / "cells").iterdir()})
+    for row in table.itertuples():  # each row points at the cell computed for its own corpus
+        meta = json.loads((out / "cells" / row.cell / "run.json").read_text())
+        assert meta["sweep_cell"]["corpus"] == row.corpus and meta["sweep_cell"]["seq_len"] == row.seq_len
+
+
+def test_a_second_sweep_on_one_out_is_refused_and_a_corrupt_cell_is_one_line(tiny, tmp_path, capsys):
+    from sinkscope.staging import claimed_output
+
+    _, corpus = tiny
+    out = tmp_path / "sw"
+    with claimed_output(out, resume=True):  # a first sweep still running
+        line = one_error(capsys, sweep_args(tiny, out, str(corpus)))
+    assert "is being written by another sinkscope process" in line
+    assert main(sweep_args(tiny, out, str(corpus))) == 0
+    cell = next((out / "cells").iterdir())
+    (cell / "run.json").write_text('{"sweep_cell": ')
+    line = one_error(capsys, sweep_args(tiny, out, str(corpus)))
+    assert f"sweep cell {cell / 'run.json'} is unreadable" in line and "delete the folder" in line
