@@ -25,8 +25,8 @@ PARTS = {"base.html.j2", "macros.html.j2", *(p.name for p in TEMPLATES.glob("*_s
 _CELL = {"sink": 0.9, "diag": 0.1, "cls": "sink", "sinks": [[1, 0.2]]}
 _LAYER = {"cos_z_mean": 0.1, "norm_ratio_h": 3.0, "mlp_like": 0.5}
 CONTEXTS = {
-    "report.html.j2": {"heading": "H <1>", "summary": {"header": ["run"], "rows": [["x"]]}, "comparison": None,
-                       "runs": []},
+    "report.html.j2": {"heading": "H <1>", "summary": {"header": ["run"], "rows": [["x"]], "titles": ["d"]},
+                       "comparison": None, "runs": [], "terms": []},
     "sweep.html.j2": {"models": "H <1>", "figures": [], "header": ["sink_rate"], "rows": [["0.5"]]},
     "train_bb.html.j2": {"summary": {"heads_line": "H <1>", "copy_head": {"layer": 0, "head": 1, "pattern": "copy"},
                                      "switch_head": {"layer": 0, "head": 0, "pattern": "sink"}},

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sinkscope.cli.main import SUBCOMMANDS, build_parser
-from sinkscope.report import plots
+from sinkscope.report import compare, plots
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -55,7 +55,7 @@ def figures():
         "bos geometry": plots.bos_geometry(layers),
         "position sinks": plots.position_sinks(positions),
         "head classes": plots.head_classes(heads),
-        "compare": plots.compare_runs([(f"run {i}", layers) for i in range(3)]),
+        "compare": compare.depth_figure([(f"run {i}", layers, heads) for i in range(3)]),
     }
 
 
@@ -74,9 +74,9 @@ def test_figures_say_model_corpus_and_T():
 
 
 def test_a_legend_of_many_runs_repeats_no_colour():
-    layers = tiny_tables()[1]
+    heads, layers, _ = tiny_tables()
     for n in (10, 12, 25):
-        fig = plots.compare_runs([(f"run {i}", layers) for i in range(n)])
+        fig = compare.depth_figure([(f"run {i}", layers, heads) for i in range(n)])
         styles = {(matplotlib.colors.to_hex(line.get_color()), line.get_linestyle()) for line in fig.axes[0].lines
                   if line.get_label().startswith("run")}  # fmt: skip
         assert len(styles) == n

@@ -42,15 +42,20 @@ def _run(directory: str):
 
 
 def test_user_text_is_escaped_and_the_cells_are_the_runs_numbers():
-    page = render_report([_run("runs/<script>x</script>"), _run("runs/b")])
+    second = _run("runs/b")
+    second.meta["summary"] = {**second.meta["summary"], "sink_rate": 0.5, "mean_diag_score": 0.125}
+    page = render_report([_run("runs/<script>x</script>"), second])
     parsed = _Cells()
     parsed.feed(page)
     assert "script" not in parsed.tags and "model" not in parsed.tags
     assert "<script>" not in page and "&lt;script&gt;" in page and "a&amp;b.txt" in page
-    first = parsed.cells[:11]
-    assert first[:5] == ["runs/<script>x</script>", "tiny<model>", "a&b.txt", "8", "3"]
-    assert first[5:9] == ["0.125 (ε=0.3)", "0.500", "0.250", "0.500"]  # mlp_like_frac mean of .25, .5, .75
-    assert first[10] == "–"  # no timing: an en dash, never 'None'
+    assert 'title="runs/&lt;script&gt;x&lt;/script&gt;"' in page  # the full directory: the row's hover
+    first, other = parsed.cells[:14], parsed.cells[14:28]
+    assert first[:5] == ["script>", "tiny<model>", "a&b.txt", "8", "3"]  # the shortest distinct name
+    assert first[5:9] == ["0.125", "–", "–", "0.500"]  # no difference for the first run; no of-mean: a dash
+    assert first[12] == "0.500"  # mlp_like_frac mean of .25, .5, .75
+    assert first[13] == "–"  # no timing: an en dash, never 'None'
+    assert other[0] == "b" and other[6] == "+0.375" and other[9] == "0.000" and other[11] == "-0.125"
 
 
 def test_template_is_package_data_and_report_drawing_leaves_pyplot_unimported():

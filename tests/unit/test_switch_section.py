@@ -62,11 +62,11 @@ def test_section_renders_all_panels_and_notes_missing_ones():
     section = switch_section(heads, _layers(), ablation)
     assert section["missing"] == []
     table = section["ablation"]["table"]
-    assert table["header"] == ["selection", "fraction", "n_heads", "delta_loss", "delta_std"]
+    assert [c["text"] for c in table["header"]] == ["selection", "fraction", "n_heads", "delta_loss", "delta_std"]
     # random baseline: mean and sample std of its two draws; one draw has no std (an en dash)
     assert table["rows"] == [["lowest-ahon-ln", "0.100", "1", "+0.0100", "–"], ["random", "0.100", "1", "+0.2500", "0.0707"]]
     counts = section["switch"]["counts"]
-    assert counts["header"][:2] == ["layer", "switch_n_off_sink"] and len(counts["rows"]) == 3
+    assert [c["text"] for c in counts["header"][:2]] == ["layer", "switch_n_off_sink"] and len(counts["rows"]) == 3
     assert counts["rows"][1][1] == str(heads[heads["layer"] == 1]["switch_n_off_sink"].sum())
     page = render(section)
     assert page.count("<img") == 4 and "Not shown" not in page and "+0.2500" in page

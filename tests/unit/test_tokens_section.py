@@ -32,7 +32,7 @@ def test_bos_and_rare_tokens_are_left_out_and_ties_break_on_received_mean():
 def test_section_data_is_the_tokens_cell_texts_and_a_depth_figure():
     tokens, token_layers = tables()
     section = tokens_section(tokens, token_layers, bos_id=1, epsilon=0.3)
-    assert section["header"] == ("token", "id", "n", "received_mean", "sink_frac")
+    assert [cell["text"] for cell in section["header"]] == ["token", "id", "n", "received_mean", "sink_frac"]
     assert section["rows"] == [["'\\n'", "8", "30", "0.300", "0.300"], ["' the'", "5", "40", "0.200", "0.300"],
                                ["'.'", "6", "20", "0.100", "0.100"], ["'<b>&x'", "9", "25", "0.123", "0.050"]]
     assert section["figure"]["caption"] == "Where in depth the listed tokens act" and section["figure"]["data"]

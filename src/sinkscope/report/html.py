@@ -1,8 +1,10 @@
-"""One self-contained HTML page for one or more runs (figures embedded as base64 PNG), compared side by side.
+"""One self-contained HTML page for one run, or the comparison of several (figures embedded as base64 PNG).
 
-Code builds the data (table cells as plain text, figures as PNG bytes); the template `templates/report.html.j2`,
-rendered by the one page builder (`sinkscope.report.page`), builds the markup and escapes every text. The PNGs are
-also written to `figures/` so they can be pasted into a paper draft.
+Code builds the data (table cells as plain text, figures as PNG bytes, header cells with their definitions from
+`glossary`); the template `templates/report.html.j2`, rendered by the one page builder (`sinkscope.report.page`),
+builds the markup and escapes every text. A run's figures are also written to `figures/` as PNG and SVG (vector,
+for a paper). The comparison itself (summary with differences, shared-depth figures, head classes, per-head
+differences, secondary sinks) is `report/compare.py`.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from pathlib import Path
 from typing import Protocol
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from sinkscope.report import plots
+from sinkscope.report.compare import comparison, short_names
+from sinkscope.report.glossary import definitions, headers
 from sinkscope.report.page import cell_text, png_figure, render_page, write_page
 from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
@@ -32,36 +37,32 @@ class ReportedRun(Protocol):
     def name(self) -> str: ...
 
 
-def run_label(run: ReportedRun, index: int) -> str:
-    """'2: runs/gemma (gemma3-270m · builtin:prose)': the directory the run was read from, when known."""
-    directory = run.meta.get("directory")
-    return f"{index + 1}: {directory} ({run.name})" if directory else f"{index + 1}: {run.name}"
-
-
 def figure_label(run: ReportedRun) -> str:
     """What every figure of a run says it shows: model, corpus and T."""
     return f"{run.meta['model'].get('name', '?')} · {run.meta['corpus'].get('source', '?')} · T={run.meta['corpus'].get('seq_len', '?')}"
 
 
-SUMMARY_HEADER = ("run", "model", "corpus", "T", "windows", "sink rate", "mean sink", "mean diag", "MLP-like",
-                  "head classes", "tokens/s")  # fmt: skip
+SUMMARY_HEADER = ("run", "model", "corpus", "T", "windows", "epsilon", "sink rate", "of mean", "mean sink",
+                  "mean diag", "MLP-like", "head classes", "tokens/s")  # fmt: skip
 
 
-def _summary_rows(runs: list[ReportedRun]) -> list[list[str]]:
+def _summary_rows(runs: list[ReportedRun], names: list[str]) -> list[list[str]]:
     """One row of cell texts per run, in the order of SUMMARY_HEADER."""
     rows = []
-    for index, run in enumerate(runs):
+    for run, name in zip(runs, names):
         meta, summary = run.meta, run.meta["summary"]
         classes = ", ".join(f"{k} {v}" for k, v in sorted(summary["head_classes"].items(), key=lambda kv: -kv[1]))
         tokens_per_second = meta.get("timings", {}).get("tokens_per_second")
+        of_mean = summary.get("sink_rate_of_mean")
         rows.append([
-            cell_text(meta.get("directory") or index + 1),
+            name,
             cell_text(meta["model"].get("name")),
             cell_text(meta["corpus"].get("source")),
             cell_text(meta["corpus"].get("seq_len")),
             cell_text(meta["corpus"].get("windows")),
-            f"{summary['sink_rate']:.3f} (ε={summary['epsilon']})"
-            + (f"; of mean {summary['sink_rate_of_mean']:.3f}" if "sink_rate_of_mean" in summary else ""),
+            cell_text(summary["epsilon"]),
+            f"{summary['sink_rate']:.3f}",
+            cell_text(None if of_mean is None else f"{of_mean:.3f}"),
             f"{summary['mean_sink_score']:.3f}",
             f"{summary['mean_diag_score']:.3f}",
             f"{run.layers['mlp_like_frac'].mean():.3f}",
@@ -71,20 +72,18 @@ def _summary_rows(runs: list[ReportedRun]) -> list[list[str]]:
     return rows
 
 
-def run_figures(run: ReportedRun) -> list[tuple[str, str, bytes]]:
-    """(file stem, caption, PNG) for every figure of one run."""
+def run_figures(run: ReportedRun) -> list[tuple[str, str, Figure]]:
+    """(file stem, caption, figure) for every figure of one run."""
     return [
         ("sink_score", "Sink score α = mean_t A[t,0] per layer and head",
-         plots.figure_png(plots.head_heatmap(run.heads, "sink_score", "sink score"))),
+         plots.head_heatmap(run.heads, "sink_score", "sink score")),
         ("diag_score", "Diagonal score mean_t A[t,t] per layer and head",
-         plots.figure_png(plots.head_heatmap(run.heads, "diag_score", "diagonal score", cmap="Blues"))),
-        ("head_classes", "Head classes per layer (thresholds in docs/statistics.md)",
-         plots.figure_png(plots.head_classes(run.heads))),
+         plots.head_heatmap(run.heads, "diag_score", "diagonal score", cmap="Blues")),
+        ("head_classes", "Head classes per layer (thresholds in docs/statistics.md)", plots.head_classes(run.heads)),
         ("bos_geometry", "BOS geometry across depth: cosine with other tokens and norm ratio",
-         plots.figure_png(plots.bos_geometry(run.layers))),
-        ("position_sinks", "Per-position sink rate: which keys act as sinks",
-         plots.figure_png(plots.position_sinks(run.positions))),
-    ]
+         plots.bos_geometry(run.layers)),
+        ("position_sinks", "Per-position sink rate: which keys act as sinks", plots.position_sinks(run.positions)),
+    ]  # fmt: skip
 
 
 def _extra_sections(run: ReportedRun) -> dict:
@@ -100,42 +99,68 @@ def _extra_sections(run: ReportedRun) -> dict:
     return {"tokens": tokens, "switch": switch, "smoothing": smoothing}
 
 
-def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> dict:
-    """What `templates/report.html.j2` shows for `runs`; with `figures_dir` (one run only), also write its PNGs
-    there."""
-    comparison = None
-    if len(runs) > 1:
-        named = [(run_label(run, i), run.layers) for i, run in enumerate(runs)]
-        with plots.labelled(f"{len(runs)} runs, legend below"):
-            comparison = png_figure(plots.figure_png(plots.compare_runs(named)),
-                                    "Sink rate and BOS cosine against relative depth")  # fmt: skip
-    pages = []
-    for index, run in enumerate(runs):
-        with plots.labelled(figure_label(run)):
-            figures = run_figures(run)
-            extras = _extra_sections(run)
-        if figures_dir is not None and len(runs) == 1:
-            figures_dir.mkdir(parents=True, exist_ok=True)
-            for stem, _, png in figures:
+def _run_page(run: ReportedRun, name: str, figures_dir: Path | None) -> dict:
+    """One run's figures and sections; with `figures_dir`, its figures also written there as PNG and SVG."""
+    with plots.labelled(figure_label(run)):
+        pngs = []
+        for stem, caption, fig in run_figures(run):
+            png = plots.figure_png(fig)
+            pngs.append(png_figure(png, caption))
+            if figures_dir is not None:
+                figures_dir.mkdir(parents=True, exist_ok=True)
                 (figures_dir / f"{stem}.png").write_bytes(png)
-        meta, versions = run.meta, run.meta.get("versions", {})
-        details = (
-            f"T={cell_text(meta['corpus'].get('seq_len'))}, windows={cell_text(meta['corpus'].get('windows'))}, "
-            f"BOS id={cell_text(meta['corpus'].get('bos_id'))}, dtype={cell_text(meta['model'].get('dtype'))}, "
-            f"sinkscope {cell_text(versions.get('sinkscope'))}, transformers {cell_text(versions.get('transformers'))}"
-        )
-        pages.append({
-            "title": f"Run {run_label(run, index)}",
-            "details": details,
-            "figures": [png_figure(png, caption) for _, caption, png in figures],
-            "sections": extras,
-        })  # fmt: skip
+                (figures_dir / f"{stem}.svg").write_bytes(plots.figure_svg(fig))
+        extras = _extra_sections(run)
+    meta, versions = run.meta, run.meta.get("versions", {})
+    details = (
+        f"T={cell_text(meta['corpus'].get('seq_len'))}, windows={cell_text(meta['corpus'].get('windows'))}, "
+        f"BOS id={cell_text(meta['corpus'].get('bos_id'))}, dtype={cell_text(meta['model'].get('dtype'))}, "
+        f"sinkscope {cell_text(versions.get('sinkscope'))}, transformers {cell_text(versions.get('transformers'))}"
+    )
+    return {"title": f"{name}: {figure_label(run)}", "directory": cell_text(meta.get("directory")),
+            "details": details, "figures": pngs, "sections": extras}  # fmt: skip
+
+
+def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> dict:
+    """What `templates/report.html.j2` shows for `runs`: one run's report, or the comparison of several (their
+    differences first, each run's own report folded below); with `figures_dir` (one run only), also write the
+    run's figures there (PNG and SVG)."""
+    names = short_names(runs)
+    summary_header = headers(SUMMARY_HEADER)
+    comparing = None
+    if len(runs) > 1:
+        with plots.labelled(f"{len(runs)} runs: " + ", ".join(names)):
+            comparing = comparison(runs, names)
+    pages = [_run_page(run, name, figures_dir if len(runs) == 1 else None) for run, name in zip(runs, names)]
     if len(runs) == 1:
         heading = f"sinkscope report: {figure_label(runs[0])}"
+        used = [summary_header]
     else:
-        heading = "sinkscope comparison: " + " vs ".join(str(run.meta.get("directory") or run.name) for run in runs)
-    return {"heading": heading, "summary": {"header": SUMMARY_HEADER, "rows": _summary_rows(runs)},
-            "comparison": comparison, "runs": pages}  # fmt: skip
+        heading = "sinkscope comparison: " + " vs ".join(names)
+        used = [comparing["summary"]["header"], comparing["classes"]["table"]["header"], comparing["sinks"]["header"]]
+    for page in pages:
+        used.extend(section["header"] for section in _tables_of(page["sections"]))
+    return {
+        "heading": heading,
+        "summary": {"header": summary_header, "rows": _summary_rows(runs, names),
+                    "titles": [str(run.meta.get("directory") or run.name) for run in runs]},
+        "comparison": comparing,
+        "runs": pages,
+        "terms": definitions(*used),
+    }  # fmt: skip
+
+
+def _tables_of(sections: dict) -> list[dict]:
+    """The tables (dicts with a `header`) of a run's sections, for the page's Definitions list."""
+    tables = []
+    if sections["tokens"]:
+        tables.append(sections["tokens"])
+    switch = sections["switch"]
+    if switch["switch"]:
+        tables.append(switch["switch"]["counts"])
+    if switch["ablation"]:
+        tables.append(switch["ablation"]["table"])
+    return tables
 
 
 def render_report(runs: list[ReportedRun], figures_dir: Path | None = None) -> str:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -50,14 +51,37 @@ def has_columns(frame: pd.DataFrame | None, *columns: str) -> bool:
 def figure_png(fig: Figure) -> bytes:
     """PNG bytes of `fig`, stamped with the current `labelled` text; matplotlib's warnings (a glyph missing from
     the font, e.g. CJK in a token) stay out of the terminal, the glyph is drawn as a box."""
+    return _save(fig, "png")
+
+
+def figure_svg(fig: Figure) -> bytes:
+    """SVG bytes of `fig` (vector, for a paper; heatmaps stay raster inside it), stamped as `figure_png` stamps,
+    without a date so the same run gives the same file."""
+    return _save(fig, "svg")
+
+
+def _save(fig: Figure, kind: str) -> bytes:
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         label = FIGURE_LABEL.get()
-        if label:
+        if label and getattr(fig, "_sinkscope_stamp", None) != label:  # stamp once, however often saved
             _stamp(fig, label)
-        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+            fig._sinkscope_stamp = label
+        metadata = {"Date": None} if kind == "svg" else None
+        fig.savefig(buffer, format=kind, dpi=110, bbox_inches="tight", metadata=metadata)
     return buffer.getvalue()
+
+
+def layer_ticks(ax, axis: str = "x") -> None:
+    """Integer ticks only on a layer axis (matplotlib's default locator puts 2.5, 7.5, … on 18 layers)."""
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+
+
+def legend_below(ax, n_entries: int, columns: int = 3) -> None:
+    """The axes' legend under its x label, outside the data (a legend inside can cover a curve)."""
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=max(1, min(columns, n_entries)),
+              frameon=False)  # fmt: skip
 
 
 def _stamp(fig: Figure, label: str) -> None:
@@ -92,29 +116,38 @@ def head_heatmap(heads: pd.DataFrame, column: str, title: str, cmap: str = "magm
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=10)
+    layer_ticks(ax, "x")
+    layer_ticks(ax, "y")
     fig.colorbar(image, ax=ax, fraction=0.08, label=title)
     return fig
 
 
 def bos_geometry(layers: pd.DataFrame) -> Figure:
-    """BOS cosine across depth for the attention input z and the residual h, and the BOS norm ratio."""
-    fig = Figure(figsize=(9, 3.2))
+    """BOS cosine across depth for the attention input z and the residual h (mean, max, and the share of tokens
+    at cos ≤ 0 when the run has it), and the BOS norm ratio; legends below the panels, off the curves."""
+    fig = Figure(figsize=(9, 3.6))
     left, right = fig.subplots(1, 2)
     for kind, style in (("z", "-"), ("h", "--")):
         left.plot(layers["layer"], layers[f"bos_cos_mean_{kind}"], style, color="#2471a3", label=f"mean cos ({kind})")
         left.plot(layers["layer"], layers[f"bos_cos_max_{kind}"], style, color="#c0392b", label=f"max cos ({kind})")
+        if f"bos_cos_nonpos_frac_{kind}" in layers.columns:
+            left.plot(layers["layer"], layers[f"bos_cos_nonpos_frac_{kind}"], style, color="#7d3c98",
+                      label=f"share cos ≤ 0 ({kind})")  # fmt: skip
     left.axhline(0, color="black", lw=0.6)
     left.set_xlabel("layer")
-    left.set_ylabel("cos(x₀, xₜ), t ≥ 1")
+    left.set_ylabel("cos(x₀, xₜ), t ≥ 1 / share")
     left.set_title("BOS cosine with other tokens", fontsize=10)
-    left.legend(fontsize=7)
+    legend_below(left, len(left.get_lines()) - 1)
     for kind, style in (("h", "-"), ("z", "--")):
-        right.plot(layers["layer"], layers[f"bos_norm_ratio_{kind}"], style, label=kind)
+        right.plot(layers["layer"], layers[f"bos_norm_ratio_{kind}"], style, color="#2471a3" if kind == "h" else "#c0392b",
+                   label=f"x = {kind}")  # fmt: skip
     right.set_yscale("log")
     right.set_xlabel("layer")
     right.set_ylabel("‖x₀‖ / mean ‖xₜ‖")
     right.set_title("BOS norm ratio (massive activation)", fontsize=10)
-    right.legend(fontsize=7)
+    legend_below(right, 2)
+    for ax in (left, right):
+        layer_ticks(ax)
     fig.tight_layout()
     return fig
 
@@ -128,12 +161,14 @@ def position_sinks(positions: pd.DataFrame) -> Figure:
     left.set_xscale("symlog", linthresh=1)
     left.set_xlabel("key position k")
     left.set_ylabel("sink rate")
+    left.set_ylim(-0.02, 1.02)
     left.set_title("Per-position sink rate (all layers)", fontsize=10)
     grid = positions.pivot(index="layer", columns="position", values="mean_key_score").to_numpy()
     image = right.imshow(np.clip(grid, 1e-4, 1), aspect="auto", cmap="viridis", norm=matplotlib.colors.LogNorm())
     right.set_xlabel("key position k")
     right.set_ylabel("layer")
     right.set_title("mean α_k over heads", fontsize=10)
+    layer_ticks(right, "y")
     fig.colorbar(image, ax=right, fraction=0.08, label="mean key score α_k (log scale)")
     fig.tight_layout()
     return fig
@@ -152,24 +187,6 @@ def head_classes(heads: pd.DataFrame) -> Figure:
     ax.set_xlabel("layer")
     ax.set_ylabel("heads")
     ax.set_title("Head classes per layer", fontsize=10)
+    layer_ticks(ax)
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    return fig
-
-
-def compare_runs(named_layers: list[tuple[str, pd.DataFrame]]) -> Figure:
-    """Several runs side by side against relative depth: sink rate and BOS cosine (z)."""
-    fig = Figure(figsize=(9, 3.2))
-    left, right = fig.subplots(1, 2)
-    for (name, layers), style in zip(named_layers, series_styles(len(named_layers))):
-        depth = layers["layer"] / max(1, len(layers) - 1)
-        left.plot(depth, layers["sink_rate"], marker=".", label=name, **style)
-        right.plot(depth, layers["bos_cos_mean_z"], marker=".", label=name, **style)
-    left.set_xlabel("relative depth")
-    left.set_ylabel("sink rate")
-    right.set_xlabel("relative depth")
-    right.set_ylabel("mean cos(z₀, zₜ)")
-    right.axhline(0, color="black", lw=0.6)
-    fig.tight_layout()
-    fig.legend(*left.get_legend_handles_labels(), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncol=min(3, len(named_layers)))  # below both panels, so it never hides a curve
     return fig

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sinkscope.report.page import png_figure
-from sinkscope.report.plots import figure_png, has_columns
+from sinkscope.report.plots import figure_png, has_columns, layer_ticks, legend_below
 
 HEAD_COLUMNS = ("layer", "head", "smooth_b", "smooth_c", "smooth_dense_more", "smooth_dcos_pred", "smooth_dcos_obs")
 
@@ -87,7 +87,8 @@ def fraction_figure(heads: pd.DataFrame) -> Figure:
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("layer")
     ax.set_ylabel("fraction of heads")
-    ax.legend(fontsize=7, loc="lower right")
+    layer_ticks(ax)
+    legend_below(ax, 3)
     return fig
 
 
@@ -122,7 +123,8 @@ def layer_figure(layers: pd.DataFrame, curves: pd.DataFrame) -> Figure:
     ax.plot(layers["layer"], layers["smooth_cos_real"], "k^-", label="X + real attention output")
     ax.set_xlabel("layer")
     ax.set_ylabel("mean pairwise cosine")
-    ax.legend(fontsize=7)
+    layer_ticks(ax)
+    legend_below(ax, 4, columns=2)
     return fig
 
 

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sinkscope.report.glossary import headers
 from sinkscope.report.page import png_figure
-from sinkscope.report.plots import figure_png, has_columns
+from sinkscope.report.plots import figure_png, has_columns, layer_ticks, legend_below
 
 SWITCH_COUNTS = ("switch_n_off_sink", "switch_n_off_nosink", "switch_n_on_sink", "switch_n_on_nosink")
 SELECTION_COLORS = {"lowest-ahon-ln": "#2471a3", "highest-hard-sink": "#c0392b", "random": "#7f8c8d"}
@@ -45,25 +46,29 @@ def switch_figure(heads: pd.DataFrame) -> Figure:
     left.set_xlabel("layer")
     left.set_ylabel("share of (head, query) pairs")
     left.set_title("switched off (‖oₜ‖ ≤ τ·mean‖v‖) × hard sink", fontsize=10)
-    left.legend(fontsize=7, loc="lower right")
+    legend_below(left, len(labels), columns=2)
     if "switch_agreement" in heads.columns:
         per_head = heads.pivot(index="layer", columns="head", values="switch_agreement")
         right.plot(per_head.index, per_head.to_numpy(), ".", color="#aab7b8", ms=4)
     right.plot(table["layer"], table["agreement"], "o-", color="#c0392b", label="P(hard sink | off), pooled")
     right.plot(table["layer"], table["off_given_sink"], "s--", color="#2471a3", label="P(off | hard sink), pooled")
     right.set_ylim(-0.03, 1.03)
+    right.set_xlim(left.get_xlim())  # the layers' axis even where no query is switched off (no point to draw)
     right.set_xlabel("layer")
     right.set_ylabel("probability")
     right.set_title("switch ⇔ sink agreement (dots: heads)", fontsize=10)
-    right.legend(fontsize=7)
+    legend_below(right, 2, columns=1)
+    layer_ticks(left)
+    layer_ticks(right)
     fig.tight_layout()
     return fig
 
 
 def geometry_figure(layers: pd.DataFrame) -> Figure:
-    """Left: γ1, γ2 and the sink margin γ1·γ2 per layer (crosses: not representable); right: BOS cosine."""
-    fig = Figure(figsize=(10, 3.4))
-    left, right = fig.subplots(1, 2)
+    """γ1, γ2 and the sink margin γ1·γ2 per layer (crosses: not representable). The BOS cosine is the analyze
+    report's BOS-geometry figure, not repeated here."""
+    fig = Figure(figsize=(6.5, 3.6))
+    left = fig.subplots()
     margin = layers["gamma1"] * layers["gamma2"]
     left.plot(layers["layer"], layers["gamma1"], "^-", color="#2471a3", ms=4, label="γ1 = dist(0, conv z)")
     left.plot(layers["layer"], layers["gamma2"], "v-", color="#28b463", ms=4, label="γ2 = dist(z₀, conv z)")
@@ -75,19 +80,8 @@ def geometry_figure(layers: pd.DataFrame) -> Figure:
     left.set_xlabel("layer")
     left.set_ylabel("distance (unit-normalised z)")
     left.set_title("sink representability on unit-normalised z", fontsize=10)
-    left.legend(fontsize=7)
-    for kind, style in (("z", "-"), ("h", "--")):
-        if f"bos_cos_mean_{kind}" in layers.columns:
-            right.plot(layers["layer"], layers[f"bos_cos_mean_{kind}"], style, color="#2471a3", label=f"mean cos ({kind})")
-            right.plot(layers["layer"], layers[f"bos_cos_max_{kind}"], style, color="#c0392b", label=f"max cos ({kind})")
-        if f"bos_cos_nonpos_frac_{kind}" in layers.columns:
-            right.plot(layers["layer"], layers[f"bos_cos_nonpos_frac_{kind}"], style, color="#7d3c98",
-                       label=f"share cos ≤ 0 ({kind})")  # fmt: skip
-    right.axhline(0, color="black", lw=0.6)
-    right.set_xlabel("layer")
-    right.set_ylabel("cosine / share")
-    right.set_title("BOS cosine cos(x₀, xₜ), t ≥ 1", fontsize=10)
-    right.legend(fontsize=7)
+    legend_below(left, len(left.get_lines()), columns=2)
+    layer_ticks(left)
     fig.tight_layout()
     return fig
 
@@ -107,6 +101,8 @@ def head_grid_figure(heads: pd.DataFrame) -> Figure:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
+        layer_ticks(ax, "x")
+        layer_ticks(ax, "y")
         fig.colorbar(image, ax=ax, fraction=0.08, label=title.split(" (")[0].split(" ‖")[0])
     fig.tight_layout()
     return fig
@@ -143,12 +139,13 @@ def _cell(value, spec: str) -> str:
 
 def _table(frame: pd.DataFrame, formats: dict[str, str]) -> dict:
     """The `table` macro's header and rows: the columns of `formats`, each cell formatted by its spec."""
-    return {"header": list(formats), "rows": [[_cell(row[c], f) for c, f in formats.items()] for _, row in frame.iterrows()]}
+    return {"header": headers(list(formats)), "rows": [[_cell(row[c], f) for c, f in formats.items()] for _, row in frame.iterrows()]}
 
 
 def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataFrame | None = None) -> dict:
-    """What the section shows: each panel (figure, and the 2×2 counts or ablation table) or None when the run lacks
-    its columns, and `missing`, the notes on the panels left out."""
+    """What the section shows: its `heading` (naming sink geometry and ablations only when they are shown), each
+    panel (figure, and the 2×2 counts or ablation table) or None when the run lacks its columns, and `missing`,
+    the notes on the panels left out."""
     section = {"switch": None, "geometry": None, "head_grid": None, "ablation": None, "missing": []}
     if has_columns(heads, "layer", "head", *SWITCH_COUNTS):
         section["switch"] = {
@@ -161,13 +158,16 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
         section["missing"].append("switch counts missing from heads.parquet")
     if has_columns(layers, "layer", "gamma1", "gamma2"):
         section["geometry"] = png_figure(figure_png(geometry_figure(layers)),
-                                         "Sink margin γ1·γ2 and BOS cosine per layer (docs/theory/geometry.md, sink representability)")  # fmt: skip
+                                         "Sink margin γ1·γ2 per layer (docs/theory/geometry.md, sink representability)")  # fmt: skip
     else:
         section["missing"].append("gamma1/gamma2 missing from layers.parquet")
+    section["heading"] = "Attention switch and sink geometry" if section["geometry"] else "Attention switch"
     if has_columns(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
         section["head_grid"] = png_figure(figure_png(head_grid_figure(heads)),
                                           "Value drain and AHON-LN per head (docs/statistics.md)")  # fmt: skip
     if has_columns(ablation, "selection", "fraction", "delta_loss"):
+        section["heading"] = "Attention switch, sink geometry and ablations" if section["geometry"] else \
+            "Attention switch and ablations"
         summary = (
             ablation.groupby(["selection", "fraction"])
             .agg(n_heads=("n_heads", "first"), delta_loss=("delta_loss", "mean"), delta_std=("delta_loss", "std"))

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sinkscope.report.glossary import headers
 from sinkscope.report.page import png_figure
-from sinkscope.report.plots import figure_png, has_columns
+from sinkscope.report.plots import figure_png, has_columns, layer_ticks
 
 MIN_OCCURRENCES = 20
 TOP = 12
@@ -27,14 +28,19 @@ def top_sink_tokens(tokens: pd.DataFrame, bos_id: int | None, min_count: int = M
     return kept.sort_values(["sink_frac", "received_mean"], ascending=False).head(top)
 
 
-def depth_heatmap(top: pd.DataFrame, token_layers: pd.DataFrame) -> Figure:
-    """Token × layer heatmap of `sink_frac` for the listed tokens."""
+def depth_heatmap(top: pd.DataFrame, token_layers: pd.DataFrame) -> Figure | None:
+    """Token × layer heatmap of `sink_frac` for the listed tokens, the colour scale from 0 (white) to the largest
+    value drawn; None when every value is 0 (nothing to draw: the note says so)."""
     grid = token_layers.pivot(index="token_id", columns="layer", values="sink_frac").reindex(top["token_id"])
+    values = grid.to_numpy(dtype=float)
+    if not np.isfinite(values).any() or np.nanmax(values) <= 0:
+        return None
     fig = Figure(figsize=(1.5 + 0.25 * grid.shape[1], 0.9 + 0.28 * len(top)))
     ax = fig.subplots()
-    image = ax.imshow(grid.to_numpy(), aspect="auto", cmap="magma", vmin=0, vmax=max(1e-3, np.nanmax(grid)),
+    image = ax.imshow(values, aspect="auto", cmap="Reds", vmin=0, vmax=float(np.nanmax(values)),
                       interpolation="nearest")  # fmt: skip
     ax.set_yticks(range(len(top)), [repr(t) for t in top["token"]], fontsize=7)
+    layer_ticks(ax)
     ax.set_xlabel("layer")
     ax.set_title("sink_frac per layer (fraction of heads × occurrences with received > ε)", fontsize=9)
     ax.set_ylabel("token")
@@ -45,15 +51,18 @@ def depth_heatmap(top: pd.DataFrame, token_layers: pd.DataFrame) -> Figure:
 def tokens_section(tokens: pd.DataFrame | None, token_layers: pd.DataFrame | None, bos_id: int | None,
                    epsilon: float) -> dict | None:  # fmt: skip
     """What the section shows, or None for a run without a key-token table: ε and the occurrence floor for its
-    note, the table's cell texts (no rows: no token other than BOS is frequent enough) and the depth heatmap (None
-    without the per-layer table)."""
+    note, the table's header cells and cell texts (no rows: no token other than BOS is frequent enough) and the
+    depth heatmap (None without the per-layer table, or when no listed token exceeds ε in any layer)."""
     if not has_columns(tokens, "token_id", "token", "n", "received_mean", "sink_frac"):
         return None
     top = top_sink_tokens(tokens, bos_id)
     rows = [[repr(row.token), str(row.token_id), str(row.n), f"{row.received_mean:.3f}", f"{row.sink_frac:.3f}"]
             for row in top.itertuples()]  # fmt: skip
-    figure = None
+    figure, all_zero = None, False
     if not top.empty and has_columns(token_layers, "token_id", "layer", "sink_frac"):
-        figure = png_figure(figure_png(depth_heatmap(top, token_layers)), "Where in depth the listed tokens act")
-    return {"epsilon": str(epsilon), "min_occurrences": MIN_OCCURRENCES, "header": HEADER, "rows": rows,
-            "figure": figure}  # fmt: skip
+        heatmap = depth_heatmap(top, token_layers)
+        all_zero = heatmap is None
+        if heatmap is not None:
+            figure = png_figure(figure_png(heatmap), "Where in depth the listed tokens act")
+    return {"epsilon": str(epsilon), "min_occurrences": MIN_OCCURRENCES, "header": headers(HEADER), "rows": rows,
+            "figure": figure, "all_zero": all_zero}  # fmt: skip

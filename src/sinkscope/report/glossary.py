@@ -1,0 +1,119 @@
+"""What every column header of the analyze, comparison and sweep pages means, in one place.
+
+A header cell is a dict `{"text", "key", "definition", "section"}`: the template (`macros.html.j2: table`) shows
+`text`, puts the definition in a hover title and links it to the page's "Definitions" list, whose entries name
+the section of `docs/statistics.md` (or another document) that defines the number (so the link works in a page opened from disk).
+`headers` refuses a column with no entry here, so a new column cannot reach a page without its definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+STATS = "docs/statistics.md § "
+HEADS = STATS + "heads.parquet (one row per layer, head)"
+LAYERS = STATS + "layers.parquet (one row per layer)"
+TOKENS = STATS + "tokens.parquet and token_layers.parquet (key-token table: secondary sinks)"
+SUMMARY = STATS + "run.json summary"
+SWEEP = STATS + "sinkscope sweep (sweep.parquet, sweep.csv)"
+WINDOWS = STATS + "Windows"
+ABLATIONS = "docs/theory/geometry.md § Ablations"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One column: what it means in words, and the document and section that define it (mostly
+    `docs/statistics.md`)."""
+
+    definition: str
+    section: str
+
+
+TERMS: dict[str, Term] = {
+    # runs, corpora, windows
+    "run": Term("the run directory's name (hover the row for the full path)", WINDOWS),
+    "model": Term("the model analysed: embedded name, directory name, GGUF file or hub id", SUMMARY),
+    "corpus": Term("the corpus the windows were cut from", WINDOWS),
+    "T": Term("window length in tokens, BOS included", WINDOWS),
+    "seq_len": Term("window length T in tokens, BOS included", WINDOWS),
+    "windows": Term("number of windows analysed (a short corpus gives fewer than --max-windows)", WINDOWS),
+    "epsilon": Term("ε, the sink threshold: a head is a sink in a window when its sink score α exceeds ε", SUMMARY),
+    "tokens/s": Term("tokens analysed per second of the forward passes (wall clock)", SUMMARY),
+    "analyze_seconds": Term("wall-clock seconds of the cell's analysis", SWEEP),
+    # run-level numbers
+    "sink rate": Term("Gu et al.'s sink rate: fraction of (window, layer, head) whose sink score α = mean_t A[t,0] "
+                      "exceeds ε", SUMMARY),  # fmt: skip
+    "sink_rate": Term("fraction of (window, layer, head) whose sink score α exceeds ε (Gu et al. 2025)", SUMMARY),
+    "of mean": Term("fraction of heads whose window-mean sink score exceeds ε (thresholds the mean instead of "
+                    "each window)", SUMMARY),  # fmt: skip
+    "sink_rate_of_mean": Term("fraction of heads whose window-mean sink score exceeds ε", SUMMARY),
+    "mean sink": Term("mean over heads of the sink score α = mean_t A[t,0]: attention paid to BOS", SUMMARY),
+    "mean_sink_score": Term("mean over heads of the sink score α = mean_t A[t,0]", SUMMARY),
+    "mean diag": Term("mean over heads of the diagonal score mean_t A[t,t]: attention a token pays to itself",
+                      SUMMARY),  # fmt: skip
+    "mean_diag_score": Term("mean over heads of the diagonal score mean_t A[t,t]", SUMMARY),
+    "MLP-like": Term("mean over layers of the fraction of tokens at which every head is hard-sink or hard-diagonal: "
+                     "there the layer's attention passes each token through alone, like an MLP", LAYERS),  # fmt: skip
+    "head classes": Term("number of heads per class: sink (α > ε), diagonal, previous-token, dense, mixed", HEADS),
+    "Δ sink rate": Term("sink rate minus the first run's", SUMMARY),
+    "Δ mean sink": Term("mean sink score minus the first run's", SUMMARY),
+    "Δ mean diag": Term("mean diagonal score minus the first run's", SUMMARY),
+    "class": Term("head class: first match of sink (α > ε), diagonal (diag > 0.5), previous-token (prev > 0.5), "
+                  "dense (entropy > 0.7), else mixed", HEADS),  # fmt: skip
+    # secondary sinks
+    "token": Term("a token other than BOS, decoded alone (repr: spaces and newlines visible)", TOKENS),
+    "id": Term("the token's id in the tokenizer's vocabulary", TOKENS),
+    "n": Term("occurrences of the token at key positions 1..T-2", TOKENS),
+    "received_mean": Term("mean attention the token receives from later tokens, over occurrences, layers and heads",
+                          TOKENS),  # fmt: skip
+    "sink_frac": Term("fraction of (occurrence, layer, head) in which the token receives more than ε from later "
+                      "tokens: how often it acts as a secondary sink", TOKENS),  # fmt: skip
+    "top secondary sinks": Term("the non-BOS tokens with the largest sink_frac among those seen at least 20 times, "
+                                "as token sink_frac (n)", TOKENS),  # fmt: skip
+    # switch counts and ablation
+    "layer": Term("decoder layer, 0 = first", HEADS),
+    "switch_n_off_sink": Term("(head, query) pairs switched off (‖o_t‖ ≤ τ·mean‖v‖) with a hard sink (A[t,0] ≥ 1-δ)",
+                              HEADS),  # fmt: skip
+    "switch_n_off_nosink": Term("(head, query) pairs switched off without a hard sink", HEADS),
+    "switch_n_on_sink": Term("(head, query) pairs not switched off but with a hard sink", HEADS),
+    "switch_n_on_nosink": Term("(head, query) pairs neither switched off nor hard-sink", HEADS),
+    "agreement": Term("P(hard sink | switched off): of the switched-off pairs, the share with a hard sink", HEADS),
+    "off_given_sink": Term("P(switched off | hard sink): of the hard-sink pairs, the share switched off", HEADS),
+    "selection": Term("how the ablated heads were chosen (lowest AHON-LN, highest hard-sink fraction, random)",
+                      ABLATIONS),  # fmt: skip
+    "fraction": Term("fraction of all heads ablated", ABLATIONS),
+    "n_heads": Term("number of heads ablated", ABLATIONS),
+    "delta_loss": Term("next-token loss with the heads ablated minus without (nats per token; mean over draws)",
+                       ABLATIONS),  # fmt: skip
+    "delta_std": Term("standard deviation of delta_loss over random draws", ABLATIONS),
+}
+
+
+def anchor(key: str) -> str:
+    """The id of a term's entry in the page's Definitions list ("Δ sink rate" → "def-d-sink-rate", "sink_rate" → "def-sink_rate")."""
+    slug = "".join(c if c.isalnum() or c == "_" else "-" for c in key.replace("Δ", "d").lower()).strip("-")
+    return "def-" + "-".join(part for part in slug.split("-") if part)
+
+
+def headers(names: Sequence[str], keys: Sequence[str] | None = None) -> list[dict[str, str]]:
+    """Header cells for `names` (shown texts), each defined by the term `keys[i]` (default: the name itself)."""
+    cells = []
+    for name, key in zip(names, keys or names):
+        if key not in TERMS:
+            raise KeyError(f"column {key!r} has no definition in sinkscope.report.glossary.TERMS")
+        term = TERMS[key]
+        cells.append({"text": name, "key": key, "definition": term.definition, "section": term.section,
+                      "anchor": anchor(key)})  # fmt: skip
+    return cells
+
+
+def definitions(*header_lists: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    """The Definitions list of a page: each glossary term its headers use, once, in order of first use (a header
+    cell defined in place, like a run's column, links elsewhere and is not listed)."""
+    seen: dict[str, dict[str, str]] = {}
+    for cells in header_lists:
+        for cell in cells:
+            if cell["anchor"].startswith("def-"):
+                seen.setdefault(cell["key"], cell)
+    return list(seen.values())
