@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     for name, entry in EMBEDDED.items():
         state = "installed" if embedded_installed(name) else f"not installed — {entry.install}"
         default = " (default)" if name == DEFAULT_MODEL else ""
-        print(f"  {name}{default}: {entry.architecture}; {state}")
+        print(f"  {name}{default}: {entry.build}; {entry.architecture}; {state}")
     print("\nSupported families (config.model_type):")
     for family in FAMILIES:
         print(f"  {family.name}: {', '.join(family.model_types)}")

@@ -38,6 +38,7 @@ class EmbeddedModel:
     sha256: str
     locate: Callable[[], Path]
     architecture: str
+    build: str = ""  # what the file is: results on it are results on this build, not on the original checkpoint
 
     @property
     def install(self) -> str:
@@ -66,6 +67,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         _smollm2_path,
         "llama, 30 layers, 9 heads (3 KV), d=576",
+        "4-bit GGUF build of the Instruct variant (SmolLM2-135M-Instruct Q4_1), dequantized to float32",
     ),
     "gemma3-270m": EmbeddedModel(
         "gemma3-270m",
@@ -76,6 +78,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         _gemma3_path,
         "gemma3_text, 18 layers, 4 heads (1 KV), d=640",
+        "4-bit GGUF build of the Instruct variant (Gemma-3-270M Q4_K_M), dequantized to float32",
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"
@@ -185,7 +188,7 @@ def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
         if not gguf.is_file():
             raise SinkscopeError(f"embedded model '{name_or_path}' file {gguf} is missing; reinstall: {entry.install}")
         source = _gguf_source(gguf, expected_sha256=entry.sha256, fix=entry.install)
-        return source[0], {**source[1], "name": name_or_path}
+        return source[0], {**source[1], "name": name_or_path, "build": entry.build}
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
