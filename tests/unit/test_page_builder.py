@@ -27,7 +27,8 @@ _LAYER = {"cos_z_mean": 0.1, "norm_ratio_h": 3.0, "mlp_like": 0.5}
 CONTEXTS = {
     "report.html.j2": {"heading": "H <1>", "summary": {"header": ["run"], "rows": [["x"]], "titles": ["d"]},
                        "comparison": None, "runs": [], "terms": []},
-    "sweep.html.j2": {"models": "H <1>", "figures": [], "header": ["sink_rate"], "rows": [["0.5"]]},
+    "sweep.html.j2": {"models": "H <1>", "figures": [], "header": ["sink_rate"], "rows": [["0.5"]],
+                      "single_length": None, "terms": []},
     "train_bb.html.j2": {"summary": {"heads_line": "H <1>", "copy_head": {"layer": 0, "head": 1, "pattern": "copy"},
                                      "switch_head": {"layer": 0, "head": 0, "pattern": "sink"}},
                          "tables": {"headline": None, "heads": None, "predictions": None}, "figures": [],

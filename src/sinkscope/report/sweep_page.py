@@ -1,5 +1,8 @@
 """Figures and page of a sink-rate sweep (`sinkscope sweep`): sink rate against ε and against T per model, one
-line per corpus, so natural text, random tokens and repeated tokens sit side by side (Gu et al. 2025's shapes)."""
+line per corpus, so natural text, random tokens and repeated tokens sit side by side (Gu et al. 2025's shapes).
+
+A sweep of one T has no T figure (it would be one dot per corpus): the page says so instead. Figures are written
+to `figures/` as PNG and SVG; the table's header cells carry their definitions (`glossary`)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sinkscope.report.glossary import definitions, headers
 from sinkscope.report.page import cell_text, png_figure, write_page
-from sinkscope.report.plots import figure_png
+from sinkscope.report.plots import figure_png, figure_svg
 
 
 def _panels(models: list[str]) -> tuple[Figure, list]:
@@ -61,23 +65,37 @@ def sink_rate_vs_seq_len(table: pd.DataFrame, epsilon: float) -> Figure:
     return fig
 
 
-def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsilon: float) -> Path:
-    """`report.html` of a sweep (`templates/sweep.html.j2`: figures inlined, the tidy table below) and its PNGs in
-    `figures_dir`."""
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    figures = [
-        ("sink_rate_vs_epsilon", "Sink rate (Gu et al.: threshold per window) against ε",
-         figure_png(sink_rate_vs_epsilon(table))),
-        ("sink_rate_vs_seq_len", f"Sink rate at ε = {epsilon} against the window length T",
-         figure_png(sink_rate_vs_seq_len(table, epsilon))),
-    ]  # fmt: skip
-    for stem, _, png in figures:
-        (figures_dir / f"{stem}.png").write_bytes(png)
+def shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as the page shows it: without the cell folder, rates and scores to 4 decimals, seconds to 1."""
     shown = table.drop(columns=["cell"]).round(4)
+    if "analyze_seconds" in shown.columns:
+        shown["analyze_seconds"] = shown["analyze_seconds"].round(1)
+    return shown
+
+
+def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsilon: float) -> Path:
+    """`report.html` of a sweep (`templates/sweep.html.j2`: figures inlined, the tidy table below) and its figures
+    in `figures_dir` (PNG and SVG)."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    drawn = [("sink_rate_vs_epsilon", "Sink rate (Gu et al.: threshold per window) against ε", sink_rate_vs_epsilon(table))]
+    single_length = table["seq_len"].nunique() < 2
+    if not single_length:
+        drawn.append(("sink_rate_vs_seq_len", f"Sink rate at ε = {epsilon} against the window length T",
+                      sink_rate_vs_seq_len(table, epsilon)))  # fmt: skip
+    figures = []
+    for stem, caption, fig in drawn:
+        png = figure_png(fig)
+        (figures_dir / f"{stem}.png").write_bytes(png)
+        (figures_dir / f"{stem}.svg").write_bytes(figure_svg(fig))
+        figures.append(png_figure(png, caption))
+    shown = shown_table(table)
+    header = headers([str(column) for column in shown.columns])
     return write_page(
         path, "sweep.html.j2",
         models=", ".join(dict.fromkeys(table["model"].map(str))),
-        figures=[png_figure(png, caption) for _, caption, png in figures],
-        header=[str(column) for column in shown.columns],
+        figures=figures,
+        single_length=int(table["seq_len"].iloc[0]) if single_length else None,
+        header=header,
         rows=[[cell_text(value) for value in row] for row in shown.itertuples(index=False)],
+        terms=definitions(header),
     )  # fmt: skip
