@@ -10,6 +10,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -155,3 +159,77 @@ def test_a_second_sweep_on_one_out_is_refused_and_a_corrupt_cell_is_one_line(tin
     (cell / "run.json").write_text('{"sweep_cell": ')
     line = one_error(capsys, sweep_args(tiny, out, str(corpus)))
     assert f"sweep cell {cell / 'run.json'} is unreadable" in line and "delete the folder" in line
+
+
+# --- 3, 11. the checkpoint outlives the save; SIGTERM is Ctrl-C ------------------------------------------------
+
+SLOW_SAVE = (
+    "import pathlib, sys, time\n"
+    "import sinkscope.report.html as page\n"
+    "def stuck(runs, path, figures_dir=None):\n"
+    "    pathlib.Path(sys.argv[1]).touch()\n"
+    "    time.sleep(120)\n"
+    "page.write_report = stuck\n"
+    "from sinkscope.cli.main import main; sys.exit(main(sys.argv[2:]))"
+)
+
+
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), process.communicate()[1]
+
+
+def test_sigint_or_sigterm_while_the_result_is_saved_keeps_the_checkpoint(tiny, tmp_path, capsys, no_report):
+    """Two real `sinkscope analyze` processes (run side by side to save time) are stopped while writing their
+    result, one by SIGINT (Ctrl-C), one by SIGTERM: each says so in one line, keeps its checkpoint, names the
+    resume command, and leaves no lock, run or staging folder; resuming one gives the uninterrupted result."""
+    children = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        out, ready = tmp_path / signum.name / "long", tmp_path / f"{signum.name}.ready"
+        out.parent.mkdir()
+        args = analyze_args(tiny, "--out", str(out), "--checkpoint-every", "4")  # 6 windows: saved at 4, then 6
+        command = [sys.executable, "-c", SLOW_SAVE, str(ready), *args]
+        children[signum] = (subprocess.Popen(command, stderr=subprocess.PIPE, text=True), ready, out, args)
+    for signum, (child, ready, _, _) in children.items():
+        wait_for(ready, child)  # the pass is done; report.html is being written inside the staged run directory
+        child.send_signal(signum)
+    for signum, (child, _, out, _) in children.items():
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 128 + signum, err
+        checkpoint = out.with_name(".long.checkpoint")
+        lines = [line for line in err.splitlines() if line.startswith("sinkscope")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith("sinkscope analyze: interrupted" + (" by SIGTERM" if signum == signal.SIGTERM else ""))
+        assert f"checkpointed in {checkpoint}/" in lines[0] and "--resume" in lines[0]
+        assert (checkpoint / "rank0.safetensors").is_file()
+        assert [p.name for p in out.parent.iterdir()] == [".long.checkpoint"]  # no run, .partial-* or lock
+    _, _, out, args = children[signal.SIGTERM]
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    assert not out.with_name(".long.checkpoint").exists()  # removed once the result was on disk
+    assert main(analyze_args(tiny, "--out", str(tmp_path / "fresh"))) == 0
+    for name in ("heads", "layers", "positions"):
+        pd.testing.assert_frame_equal(pd.read_parquet(out / f"{name}.parquet"),
+                                      pd.read_parquet(tmp_path / "fresh" / f"{name}.parquet"), rtol=1e-6, atol=1e-9)
+
+
+def test_a_full_disk_while_saving_keeps_the_checkpoint_and_the_previous_run(tiny, tmp_path, capsys, monkeypatch):
+    import sinkscope.report.html
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
+    assert main(analyze_args(tiny, "--out", str(out), "--max-windows", "4")) == 0
+    before = snapshot(out)
+    monkeypatch.setattr(sinkscope.report.html, "write_report", disk_full)
+    args = analyze_args(tiny, "--out", str(out), "--overwrite", "--checkpoint-every", "2")
+    line = one_error(capsys, args)
+    checkpoint = tmp_path / ".run.checkpoint"
+    assert f"cannot write {out}: No space left on device" in line and "nothing was changed there" in line
+    assert f"checkpointed in {checkpoint}/" in line and "--resume" in line
+    assert snapshot(out) == before and (checkpoint / "rank0.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.checkpoint", "run"]
+    monkeypatch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
+    assert main([*args, "--resume"]) == 0 and not checkpoint.exists()
+    assert json.loads((out / "run.json").read_text())["corpus"]["windows"] == 6

@@ -100,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     from sinkscope.corpus.windows import windows
+    from sinkscope.errors import SinkscopeError
     from sinkscope.models.load import load_model
     from sinkscope.pipelines.analysis import analyze, check_seq_len
+    from sinkscope.pipelines.checkpoint import remove_checkpoint
     from sinkscope.pipelines.distributed import distributed_context
 
     with distributed_context(args.device) as group:  # under torchrun: one process (and GPU) per rank
@@ -127,7 +129,15 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
             f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "
             f"{smooth['frac_observed_rise']:.3f}; sign agreement {smooth['sign_agreement']:.3f}"
         )
-    result.save(out, overwrite=True)  # --out was checked and claimed at the start
+    try:
+        result.save(out, overwrite=True)  # --out was checked and claimed at the start
+    except SinkscopeError as err:  # a full disk: the checkpoint (if any) still holds the whole pass
+        if args.checkpoint_every and checkpoint_dir.is_dir():
+            raise SinkscopeError(
+                f"{err}; the analysis is checkpointed in {checkpoint_dir}/: continue with: {resume_command(args)}"
+            ) from None
+        raise
+    remove_checkpoint(checkpoint_dir)  # only now that the result is on disk
     summary = result.meta["summary"]
     print(
         f"{result.meta['model']['name']} on {args.corpus} (T={args.seq_len}, {stream.count} windows): "

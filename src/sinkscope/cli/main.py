@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from sinkscope.errors import SinkscopeError
 
@@ -35,14 +37,29 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args = parser.parse_args(argv)
     args.argv = argv  # so a command can print the line that resumes it
+    terminated = []
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: _interrupt(terminated))
     try:
         return int(args.func(args) or 0)
     except SinkscopeError as err:
         print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
-        print(f"sinkscope {args.command}: interrupted" + (f"; {err}" if str(err) else ""), file=sys.stderr)
-        return 130
+        how = " by SIGTERM" if terminated else ""
+        print(f"sinkscope {args.command}: interrupted{how}" + (f"; {err}" if str(err) else ""), file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(terminated: list) -> None:
+    """SIGTERM (a scheduler, `kill`, torchrun stopping its workers) is handled like Ctrl-C: the same clean-up,
+    message and resume command. A second SIGTERM during that clean-up ends the process at once."""
+    terminated.append(True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -87,8 +86,9 @@ def analyze(
     Every statistic is a `statistics.Statistic` fed by one `capture.feed.Feed`: `statistics_for` lists them.
     Under `torch.distributed` (e.g. `torchrun`), each rank analyses the windows whose index is its rank modulo
     the world size and the statistics are all-reduced, so every rank returns the result of the whole corpus.
-    With `checkpoint_dir` and `checkpoint_every` N, the feed's state is saved every N windows (per rank);
-    `resume` continues from it. The checkpoint directory is removed once the run completes. `smoothing` (True, or
+    With `checkpoint_dir` and `checkpoint_every` N, the feed's state is saved every N windows (per rank) and once
+    more after the last window; `resume` continues from it. The checkpoint stays until the caller has saved the
+    result (`checkpoint.remove_checkpoint`), so a full disk or an interrupt while saving loses no work. `smoothing` (True, or
     the layers to measure) adds the SPEC §5 tables (`SmoothingCurves`) to the same forward passes; like every
     statistic, it is checkpointed and all-reduced. `windows` is only read, never modified.
     """
@@ -111,7 +111,7 @@ def analyze(
         skip = load_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
     total = None if windows.max_windows is None else math.ceil(windows.max_windows / world / windows.batch_size)
     started = time.perf_counter()
-    analysed = 0
+    analysed, saved = 0, feed.windows
     with feed.hooks(lm):
         batches = windows.batches(shard=(rank, world), skip=skip)
         bar = tqdm(batches, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
@@ -123,6 +123,9 @@ def analyze(
             analysed += len(batch)
             if checkpoint_dir is not None and checkpoint_every and analysed % checkpoint_every < len(batch):
                 save_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
+                saved = feed.windows
+    if checkpoint_dir is not None and checkpoint_every and analysed and saved != feed.windows:
+        save_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)  # the whole pass: a failed save redoes none
     seconds = time.perf_counter() - started
     if world > 1:
         feed.all_reduce()
@@ -153,11 +156,6 @@ def analyze(
         from sinkscope.report.smoothing_section import smoothing_summary
 
         run.meta["smoothing"] = {"lambdas": list(LAMBDAS), **smoothing_summary(parts["smoothing"].heads)}
-    if checkpoint_dir is not None and Path(checkpoint_dir).is_dir():
-        if world > 1:
-            torch.distributed.barrier()
-        if rank == 0:
-            shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return run
 
 

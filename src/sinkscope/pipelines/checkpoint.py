@@ -9,6 +9,7 @@ the window index).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from sinkscope.capture.feed import Feed
@@ -30,6 +31,11 @@ def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -
     state = {name: tensor.contiguous() for name, tensor in feed.state_dict().items()}
     save_file(state, str(tmp), metadata={"fingerprint": json.dumps(fingerprint, sort_keys=True, default=str)})
     tmp.replace(path)
+
+
+def remove_checkpoint(directory: Path) -> None:
+    """Remove a finished analysis's checkpoints; call it only once the result is safely on disk."""
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> int:
