@@ -233,3 +233,24 @@ def test_a_full_disk_while_saving_keeps_the_checkpoint_and_the_previous_run(tiny
     monkeypatch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
     assert main([*args, "--resume"]) == 0 and not checkpoint.exists()
     assert json.loads((out / "run.json").read_text())["corpus"]["windows"] == 6
+
+
+# --- 6. --out a symbolic link ------------------------------------------------------------------------------------
+
+
+def test_out_a_symlink_to_a_directory_writes_where_it_points(tiny, tmp_path, capsys, no_report, monkeypatch):
+    target = tmp_path / "disk" / "runs"
+    target.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert main(analyze_args(tiny, "--out", str(link))) == 0  # was: the whole analysis, then rmtree failed
+    assert link.is_symlink() and (target / "run.json").is_file()
+    assert main(analyze_args(tiny, "--out", str(link), "--overwrite", "--max-windows", "4")) == 0
+    assert link.is_symlink() and json.loads((target / "run.json").read_text())["corpus"]["windows"] == 4
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    monkeypatch.setattr(sinkscope.models.load, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    line = one_error(capsys, analyze_args(tiny, "--out", str(dangling)))
+    assert f"--out {dangling} is a symbolic link to {tmp_path / 'nowhere'}, which is not a directory" in line
+    assert not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "disk", "link"]
