@@ -10,6 +10,7 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 
 from integration.tiny_checkpoint import save_tiny_llama, write_corpus
 from sinkscope.cli.main import main
@@ -17,16 +18,33 @@ from sinkscope.cli.main import main
 pytestmark = pytest.mark.browser
 
 
+def save_deeper_llama(directory, template):
+    """The tiny Llama's tokenizer with a 3-layer random model (another depth for the relative-depth axis)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig.from_pretrained(template)
+    config.num_hidden_layers = 3
+    LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    AutoTokenizer.from_pretrained(template).save_pretrained(directory)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two analyze runs of a tiny Llama (a text corpus and random tokens) and their comparison page."""
+    """Three analyze runs (a tiny 2-layer Llama on a text corpus and on random tokens, a 3-layer one on the text)
+    and their comparison page `cmp.html`."""
     root = tmp_path_factory.mktemp("pages")
     model, corpus = save_tiny_llama(root / "model"), write_corpus(root / "corpus.txt", documents=60)
-    for name, source, extra in (("prose_run", str(corpus), ["--smoothing"]), ("random_run", "builtin:random", [])):
-        code = main(["analyze", "--model", str(model), "--corpus", source, "--seq-len", "16", "--max-windows", "6",
+    deep = save_deeper_llama(root / "deep_model", model)
+    for name, where, source, extra in (("prose_run", model, str(corpus), ["--smoothing"]),
+                                       ("random_run", model, "builtin:random", []),
+                                       ("deep_run", deep, str(corpus), [])):  # fmt: skip
+        code = main(["analyze", "--model", str(where), "--corpus", source, "--seq-len", "16", "--max-windows", "6",
                      "--geometry-cap", "24", "--out", str(root / name), "--quiet", *extra])  # fmt: skip
         assert code == 0
-    assert main(["report", str(root / "prose_run"), str(root / "random_run"), "--out", str(root / "cmp.html")]) == 0
+    names = [str(root / name) for name in ("prose_run", "random_run", "deep_run")]
+    assert main(["report", *names, "--out", str(root / "cmp.html")]) == 0
     return root
 
 
@@ -52,7 +70,7 @@ def assert_readable(loaded) -> dict:
     return facts
 
 
-def summary_row(facts: dict, n_columns: int = 11) -> list[str]:
+def summary_row(facts: dict, n_columns: int = 13) -> list[str]:
     return facts["cells"][:n_columns]
 
 
@@ -64,14 +82,17 @@ def test_analyze_report_loads_cleanly_and_shows_the_runs_numbers(runs, open_page
     facts = assert_readable(open_page(run / "report.html"))
     assert meta["model"]["name"] in facts["title"] and "T=16" in facts["title"]
     row = summary_row(facts)
-    assert row[3] == "16" and row[4] == str(meta["corpus"]["windows"]) == "6"
-    assert row[5].startswith(f"{meta['summary']['sink_rate']:.3f} (ε=0.3)")
-    assert row[6] == f"{heads['sink_score'].mean():.3f}"
-    assert row[7] == f"{heads['diag_score'].mean():.3f}"
-    assert row[8] == f"{layers['mlp_like_frac'].mean():.3f}"
+    assert row[1] == meta["model"]["name"] and row[3] == "16" and row[4] == str(meta["corpus"]["windows"]) == "6"
+    assert row[5] == "0.3" and row[6] == f"{meta['summary']['sink_rate']:.3f}"
+    assert row[7] == f"{meta['summary']['sink_rate_of_mean']:.3f}"
+    assert row[8] == f"{heads['sink_score'].mean():.3f}"
+    assert row[9] == f"{heads['diag_score'].mean():.3f}"
+    assert row[10] == f"{layers['mlp_like_frac'].mean():.3f}"
     for head_class, count in heads["head_class"].value_counts().items():
-        assert f"{head_class} {count}" in row[9]
+        assert f"{head_class} {count}" in row[11]
     assert len(facts["alts"]) >= 5
+    assert sorted(p.name for p in (run / "figures").glob("*.svg")) == sorted(
+        p.with_suffix(".svg").name for p in (run / "figures").glob("*.png"))  # vector beside every PNG
 
 
 def test_report_page_at_1280_fits_and_the_screenshot_renders(runs, open_page, tmp_path):
@@ -81,15 +102,131 @@ def test_report_page_at_1280_fits_and_the_screenshot_renders(runs, open_page, tm
     assert shot.stat().st_size > 10_000
 
 
-def test_comparison_page_labels_runs_by_directory(runs, open_page):
-    facts = assert_readable(open_page(runs / "cmp.html"))
-    assert "prose_run" in facts["title"] and "random_run" in facts["title"]
-    first_column = [facts["cells"][i] for i in (0, 11)]
-    assert first_column == [str(runs / "prose_run"), str(runs / "random_run")]
-    for index, name in enumerate(("prose_run", "random_run")):
-        heads = pd.read_parquet(runs / name / "heads.parquet")
-        assert facts["cells"][11 * index + 6] == f"{heads['sink_score'].mean():.3f}"
-    assert "builtin:random" in facts["text"]
+def test_comparison_page_table_and_shared_depth_figures_for_three_runs(runs, open_page):
+    loaded = open_page(runs / "cmp.html")
+    facts = assert_readable(loaded)
+    names = ["prose_run", "random_run", "deep_run"]
+    assert facts["title"] == "sinkscope comparison: " + " vs ".join(names)  # names, not full paths
+    page = loaded.page
+    table = page.evaluate("""() => [...document.querySelector('#summary + p + table').rows]
+        .map(r => ({title: r.title, cells: [...r.cells].map(c => c.textContent)}))""")
+    header, rows = table[0]["cells"], table[1:]
+    assert [r["cells"][0] for r in rows] == names and [r["title"] for r in rows] == [str(runs / n) for n in names]
+    metas = [json.loads((runs / n / "run.json").read_text()) for n in names]
+    column = {name: header.index(name) for name in ("sink rate", "Δ sink rate", "mean diag", "Δ mean diag")}
+    for row, meta in zip(rows, metas):
+        cells = row["cells"]
+        assert cells[column["sink rate"]] == f"{meta['summary']['sink_rate']:.3f}"
+        assert cells[column["mean diag"]] == f"{meta['summary']['mean_diag_score']:.3f}"
+    first = metas[0]["summary"]["mean_diag_score"]
+    for row, meta in zip(rows[1:], metas[1:]):
+        shown = float(row["cells"][column["Δ mean diag"]])
+        assert shown == pytest.approx(meta["summary"]["mean_diag_score"] - first, abs=5e-4)
+    assert rows[0]["cells"][column["Δ sink rate"]] == "–"
+    # Head classes side by side: counts equal each run's heads.parquet.
+    classes = page.evaluate("""() => [...document.querySelector('#classes + table').rows]
+        .map(r => [...r.cells].map(c => c.textContent))""")
+    assert classes[0] == ["class", *names]
+    for row in classes[1:]:
+        for name, cell in zip(names, row[1:]):
+            count = (pd.read_parquet(runs / name / "heads.parquet")["head_class"] == row[0]).sum()
+            assert cell.startswith(f"{count} (")
+    # The shared-depth figure, one per-head difference (prose_run and random_run share a model; deep_run does
+    # not), one row of secondary sinks per run.
+    assert "Sink rate, diagonal score and BOS cosine per layer against relative depth" in facts["alts"]
+    differences = [alt for alt in facts["alts"] if alt.startswith("Per-head difference")]
+    assert differences == ["Per-head difference: random_run − prose_run (model)"]
+    sinks = page.evaluate("() => [...document.querySelector('#secondary-sinks + table').rows].slice(1).map(r => r.cells[0].textContent)")
+    assert sinks == names
+    # Each run's own report is folded below, closed.
+    assert page.evaluate("() => [...document.querySelectorAll('details.run')].map(d => d.open)") == [False] * 3
+
+
+def test_comparison_depth_figure_puts_every_run_on_one_relative_depth_axis(runs, monkeypatch):
+    """The figure's data: three lines per panel, x = layer / (L − 1) (0, 1 for 2 layers; 0, 0.5, 1 for 3) and y the
+    run's own per-layer sink rate, mean diagonal score and BOS cosine."""
+    from sinkscope.pipelines.run import Run
+    from sinkscope.report import compare
+
+    drawn = []
+    monkeypatch.setattr(compare, "figure_png", lambda fig: drawn.append(fig) or b"")
+    loaded = [Run.load(runs / name) for name in ("prose_run", "random_run", "deep_run")]
+    compare.comparison(loaded, ["a", "b", "c"])
+    depth = drawn[0]
+    assert [ax.get_xlabel() for ax in depth.axes] == ["relative depth: layer / (L − 1)"] * 3
+    for ax, column in zip(depth.axes, ("sink_rate", "diag", "bos_cos_mean_z")):
+        lines = [line for line in ax.get_lines() if line.get_label() in ("a", "b", "c")]
+        assert len(lines) == 3
+        for line, run in zip(lines, loaded):
+            L = len(run.layers)
+            assert list(line.get_xdata()) == pytest.approx([layer / (L - 1) for layer in range(L)])
+            expected = (run.heads.groupby("layer")["diag_score"].mean() if column == "diag" else run.layers[column])
+            assert list(line.get_ydata()) == pytest.approx(list(expected))
+
+
+def test_every_column_header_has_a_hover_definition(runs, open_page, tmp_path):
+    from sinkscope.pipelines.sweep import SweepConfig, sweep
+
+    config = SweepConfig(models=(str(runs / "model"),), corpora=(str(runs / "corpus.txt"),), seq_lens=(8,),
+                         epsilons=(0.1, 0.3), max_windows=2, batch_size=2)  # fmt: skip
+    sweep(config, tmp_path / "sw", progress=False)
+    for path in (runs / "prose_run" / "report.html", runs / "cmp.html", tmp_path / "sw" / "report.html"):
+        page = open_page(path).page
+        headers = page.evaluate("""() => [...document.querySelectorAll('th')].map(th => {
+            const link = th.querySelector('a.def');
+            const target = link && document.getElementById(link.getAttribute('href').slice(1));
+            return {text: th.textContent, title: th.title, target: target ? target.textContent : null}; })""")
+        assert len(headers) >= 10, path
+        for header in headers:
+            assert header["title"] and "docs/" in header["title"], (path.name, header)
+            assert header["target"] is not None, (path.name, header)  # the link lands on its definition
+    # The single-T sweep says why it has no T plot instead of drawing one dot per corpus.
+    assert "One window length (T = 8): no plot against T" in page.inner_text("body")
+    assert page.evaluate("() => document.images.length") == 1
+
+
+def test_no_table_is_wider_than_a_1280_px_window(runs, open_page):
+    for path in (runs / "prose_run" / "report.html", runs / "cmp.html"):
+        page = open_page(path, viewport=(1280, 900)).page
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        widths = page.evaluate("""() => [...document.querySelectorAll('table')].map(t =>
+            ({right: t.getBoundingClientRect().right, scroll: t.scrollWidth, client: t.clientWidth}))""")
+        for width in widths:
+            assert width["right"] <= 1280 and width["scroll"] <= width["client"], (path.name, width)
+
+
+def test_no_figure_is_drawn_twice_and_no_layer_axis_has_fractional_ticks(runs, open_page, monkeypatch, tmp_path):
+    """Every figure of the analyze report (all sections, --smoothing included) and of the comparison: a layer
+    axis carries integer ticks only; the page shows no image or caption twice and no heading about ablations
+    without an ablation."""
+    from sinkscope.pipelines.run import Run
+    from sinkscope.report import compare, plots, smoothing_section, switch_section, tokens_section
+    from sinkscope.report import html as report_html
+
+    drawn, real = [], plots.figure_png
+    for module in (plots, smoothing_section, switch_section, tokens_section, compare):
+        monkeypatch.setattr(module, "figure_png", lambda fig: drawn.append(fig) or real(fig))
+    loaded = [Run.load(runs / name) for name in ("prose_run", "random_run", "deep_run")]
+    report_html.write_report(loaded[:1], tmp_path / "one.html")
+    report_html.write_report(loaded, tmp_path / "cmp.html")
+    checked = 0
+    for fig in drawn:
+        for ax in fig.axes:
+            for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
+                if label == "layer":
+                    low, high = sorted(axis.get_view_interval())
+                    ticks = [t for t in axis.get_ticklocs() if low <= t <= high]
+                    assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+                    checked += 1
+    assert checked >= 8
+    for path in (runs / "prose_run" / "report.html", runs / "cmp.html"):
+        page = open_page(path).page
+        sources = page.evaluate("() => [...document.images].map(i => i.src)")
+        captions = page.evaluate("() => [...document.querySelectorAll('figcaption')].map(c => c.textContent)")
+        if path.name == "report.html":  # one run: every figure once (the comparison folds three runs' reports)
+            assert len(set(sources)) == len(sources) and len(set(captions)) == len(captions), captions
+            assert sum("BOS cosine" in c or "BOS geometry" in c for c in captions) == 1
+        assert "ablations" not in page.inner_text("body").lower()
 
 
 def test_train_bb_page_loads_cleanly_and_shows_the_summary(tmp_path, open_page):

@@ -108,7 +108,8 @@ def scatter_figure(heads: pd.DataFrame) -> Figure:
         ax.axvline(0, color="#bbb", lw=0.6)
         ax.set_xlabel(label, fontsize=9)
         ax.set_ylabel("observed Δcos", fontsize=9)
-    fig.colorbar(points, ax=axes[-1], label="layer")
+    colorbar = fig.colorbar(points, ax=axes[-1], label="layer")
+    layer_ticks(colorbar.ax, "y")
     return fig
 
 
