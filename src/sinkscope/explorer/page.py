@@ -70,9 +70,14 @@ class ViewPage:
         return len(self.html.encode("utf-8"))
 
     def save(self, path: str | Path) -> Path:
+        """Write the page whole or not at all (`staging.staged_file`: staged, then renamed); a file that is not a
+        sinkscope page, a directory or a full disk is one clear error and leaves what was there."""
+        from sinkscope.staging import staged_file
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with staged_file(path) as tmp:
+            tmp.write_text(self.html, encoding="utf-8")
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(self.html, encoding="utf-8")
         return self.path
 
     def _repr_html_(self) -> str:
