@@ -1,6 +1,7 @@
 """`sinkscope reproduce` end to end on a tiny random Llama directory: outputs, verdict records, and reuse."""
 
 import json
+from html import unescape
 
 import pytest
 
@@ -29,19 +30,31 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     first = reproduce(config, out)
     records = json.loads((out / "verdicts.json").read_text())
     assert {r["claim"] for r in records} == set(CLAIMS)
+    fields = {"claim", "model", "verdict", "evidence", "thresholds", "reason", "paper_claim", "test", "control",
+              "interval", "sensitivity"}
     for record in records:
-        assert record["verdict"] in VERDICTS and set(record) >= {"claim", "model", "verdict", "evidence", "thresholds"}
+        assert record["verdict"] in VERDICTS and set(record) >= fields
+        assert record["paper_claim"] == CLAIMS[record["claim"]].paper_claim
+        # A judged claim with an interval also has its threshold sensitivity (half and double each threshold).
+        if record["interval"] is not None and record["verdict"] not in ("descriptive", "not measurable here"):
+            assert {r["scale"] for r in record["sensitivity"]} == {0.5, 2.0}
+    assert next(r for r in records if r["claim"] == "mlp_like")["verdict"] == "descriptive"
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64") == 6 and all(f'id="{claim}"' in html for claim in CLAIMS)
+    for claim in CLAIMS.values():  # every claim links to the table it was computed from, and quotes the paper
+        assert f'href="tables/{claim.table}.csv"' in html and claim.paper_claim in unescape(html)
+    assert '"estimate"' not in html and "{'" not in html  # readable text, no raw JSON or dict reprs
     assert "## 6. Anchors from earlier work" in (out / "report.md").read_text()
-    for name in ("geometry", "heads", "weights", "ablation", "cost_layers", "anchors", "cost_theory"):
+    for name in ("geometry", "switch", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
+                 "anchors", "cost_theory"):
         assert (out / "tables" / f"{name}.csv").stat().st_size > 0
     assert first["reused"][tiny_model] == []
     stamps = section_stamps(out)
-    assert len(stamps) == 8  # 3 analyses, ablate (zero, bos), cost-layers, weights, theory
+    # 3 analyses and their 3 per-window evidence passes, certificates, ablate (zero, bos), cost-layers, weights, theory
+    assert len(stamps) == 12
 
     second = reproduce(config, out)
-    assert len(second["reused"][tiny_model]) == 7 and second["section_seconds"][tiny_model] == {}
+    assert len(second["reused"][tiny_model]) == 11 and second["section_seconds"][tiny_model] == {}
     assert section_stamps(out) == stamps  # nothing recomputed
     assert json.loads((out / "verdicts.json").read_text()) == records
 

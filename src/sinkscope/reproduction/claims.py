@@ -1,85 +1,160 @@
-"""The paper's claims as pure verdict functions: numbers in, a `Verdict` (verdict, evidence, thresholds) out.
+"""The paper's claims, each as the paper states it, the strongest fair test of it, its control, and a verdict
+function: plain numbers in (no model, no I/O), a `Verdict` out by the steps of `reproduction.verdicts`
+(decision, bootstrap interval, threshold sensitivity).
 
-Each function states its claim in `CLAIMS`, takes plain numbers (no model, no I/O) and applies documented
-thresholds, which are ours: the paper states its findings in words ("non-positive", "rarely", "favoured"), so
-each threshold turns a word into a number and is reported beside the verdict (docs/reproduction.md).
+Thresholds are ours (the paper states its findings in words: "non-positive", "rarely met", "favoured"); each
+is reported beside the verdict with the verdicts at half and double it (fractions on the odds scale,
+`reproduction.verdicts`; docs/reproduction.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-SUPPORTED, PARTLY, NOT_SUPPORTED, NOT_MEASURABLE = "supported", "partly", "not supported", "not measurable here"
-VERDICTS = (SUPPORTED, PARTLY, NOT_SUPPORTED, NOT_MEASURABLE)
+from sinkscope.reproduction.verdicts import (
+    DESCRIPTIVE,
+    NOT_MEASURABLE,
+    NOT_SUPPORTED,
+    PARTLY,
+    SUPPORTED,
+    VERDICTS,
+    Verdict,
+    graded,
+    judge,
+)
 
-# claim id → (section number, the claim in words)
-CLAIMS = {
-    "geometry": (1, "In middle layers the cosine between the BOS attention input and every other token's is "
-                    "non-positive (which lets any head form a sink)."),
-    "representability": (1, "The sink is representable in middle layers: the contexts lie in an open half-space "
-                            "(H1) and BOS lies outside their hull (H2), i.e. γ1·γ2 > 0."),
-    "oversmoothing": (2, "The conditions under which skip connections and W = W_V W_O counteract smoothing are "
-                         "rarely met: for most heads denser attention smooths more (2b + c > 0), and observed "
-                         "cosines rise with λ."),
-    "switch": (3, "A head switches off on a token (output ≈ 0) if and only if it sinks on that token."),
-    "value_drain": (3, "A sink's value is small: on sink heads ||v_0|| is well below the other tokens' values."),
-    "mlp_like": (3, "Some attention layers act like MLPs: on most tokens every head is hard-sink or hard-diagonal."),
-    "sink_ablation": (3, "Switching off (zeroing) the most sink-like heads costs less loss than zeroing random heads."),
-    "sink_ablation_bos": (3, "Moving all attention of the most sink-like heads to BOS (their output becomes v_0) costs "
-                             "less loss than doing so for random heads."),
-    "cost_closed_forms": (4, "A sink costs κ√T in nuclear norm (rank 1), a diagonal pattern κT (full rank)."),
-    "cost_real_layers": (4, "On the real model's attention inputs, a sink is cheaper than a diagonal pattern."),
-    "bigram_backcopy_regimes": (4, "In the bigram-backcopy task, the sink is learned with BOS and the diagonal "
-                                   "without it."),
-    "weights_low_rank": (5, "Sink heads' W_QK is lower rank than other heads' (the cost theory's rank-1 sink)."),
-    "weights_bos_alignment": (5, "Sink heads' W_QK reads keys along the BOS direction: the BOS attention input "
-                                 "z_0 is closer to the top key singular direction than in other heads."),
-    "gu_sink_rate": (6, "Gu et al. 2025: the sink appears on natural text, random tokens and repeated tokens "
-                        "(sink rate, per window, ε = 0.3, T = 64)."),
-    "dormant_heads": (6, "Sandoval-Segura et al. 2025: a noticeable fraction of heads are dormant (low AHON-LN) and "
-                         "zeroing them costs much less loss than zeroing random heads."),
-}
+__all__ = ["CLAIMS", "DESCRIPTIVE", "NOT_MEASURABLE", "NOT_SUPPORTED", "PARTLY", "SUPPORTED", "VERDICTS", "Verdict"]
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One claim checked on one model: the verdict, the numbers it rests on, and the thresholds applied."""
+class Claim:
+    """One claim: its report section, the paper's words, the operational test and why it is the strongest fair
+    one, the control, and the evidence table (tables/NAME.csv) it is computed from."""
 
-    claim: str
-    model: str
-    verdict: str
-    evidence: dict = field(default_factory=dict)
-    thresholds: dict = field(default_factory=dict)
-    reason: str = ""
-    corpus: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
-        if self.claim not in CLAIMS:
-            raise ValueError(f"claim {self.claim!r} is not one of {sorted(CLAIMS)}")
-
-    def to_dict(self) -> dict:
-        return {k: _plain(v) for k, v in asdict(self).items()}
+    section: int
+    paper_claim: str
+    test: str
+    why: str
+    control: str
+    table: str
 
 
-def _plain(value):
-    """JSON-ready: numpy scalars to floats/ints, NaN to None, tuples to lists, recursively."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if not math.isfinite(float(value)) else float(f"{float(value):.6g}")
-    return value
+CLAIMS: dict[str, Claim] = {
+    "geometry": Claim(
+        1, "In middle layers, the cosine similarity between BOS and all other tokens is non-positive, satisfying "
+        "the condition that allows any attention head to produce a sink pattern.",
+        "per middle layer (depth ¼ … ¾), the fraction of context tokens with cos(z_0, z_t) ≤ 0 on the attention "
+        "input z, pooled over windows; a layer holds when at most `positive_token_tol` of them are positive",
+        "the claim is about every token's cosine with BOS in the representation the heads read, so it is "
+        "tested on that representation, token by token",
+        "the same fraction with a random context token z_r in place of BOS", "geometry"),
+    "representability": Claim(
+        1, "A group of tokens can attend exclusively to a sink token when the context embeddings and the "
+        "vectors z_0 − z_i lie in half-spaces.",
+        "the exact half-space certificates (H1: 0 ∉ conv{z_t}, H2: z_0 ∉ conv{z_t}) on a sample of unit "
+        "context inputs larger than the model width, per middle layer",
+        "below the width any point is outside the hull of the others and the test has no power; above it, "
+        "H2 for BOS is a real constraint",
+        "H2 for random context tokens against the other contexts (γ₂ of BOS must exceed theirs)", "certificates"),
+    "oversmoothing": Claim(
+        2, "In practice, these counteracting conditions are rarely met. In most heads of trained LLMs, "
+        "increasing attention density leads to an increase in token cosine similarity (oversmoothing).",
+        "per head, the measured-moment predictor (2b + c > 0 from the captured attention inputs) and the "
+        "observed rise of the mean pairwise cosine from λ = 0 to 1",
+        "the measured-moment predictor has no linearisation error (massive activations break the linearised "
+        "one), and the observed curve is the phenomenon itself",
+        "λ = 0 (identity attention): the cosine the head's skip path gives without mixing", "heads"),
+    "switch": Claim(
+        3, "A head implements a hard attention switch if and only if it implements an attention sink.",
+        "pooled 2×2 table of queries × heads: switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖) × hard sink "
+        "(A[t,0] ≥ 1 − δ); both P(sink | off) and P(off | sink)",
+        "an 'if and only if' needs both directions, on the same queries, with the visible keys of each query",
+        "P(off | no sink): how often queries that do not sink are switched off", "switch"),
+    "value_drain": Claim(
+        3, "A sink's value state is small (Guo et al. 2024): ‖v_0‖ is well below the other tokens' values on "
+        "sink heads.",
+        "value drain ‖v_0‖ / mean_{j≥1} ‖v_j‖ per key/value group (values are shared within a group), groups "
+        "with a hard-sink head vs the other groups, one-sided Mann-Whitney",
+        "drain is a property of a value head, so the unit is the KV group; a between-group test says whether "
+        "sinking goes with a small v_0 beyond what all groups show",
+        "KV groups without a sink head", "value_drain"),
+    "mlp_like": Claim(
+        3, "Attention layers act like MLPs when token communication is not necessary.",
+        "per layer, the fraction of queries on which every head is hard-sink or hard-diagonal",
+        "the paper states a condition (when communication is not needed), not how often it happens: measured, "
+        "not judged",
+        "none (descriptive)", "geometry"),
+    "sink_ablation": Claim(
+        3, "Switching off a head is what a sink does: setting the most sink-like heads' outputs to zero costs "
+        "less loss than switching off random heads.",
+        "zero the 10 % most hard-sink heads on every query, Δloss vs random head sets of the same size",
+        "the paper's hard switch is an output of 0; the random sets fix what removing that many heads costs",
+        "random head sets of the same size (many draws; the interval is over draws)", "ablation"),
+    "sink_ablation_bos": Claim(
+        3, "A sink is an attention switch: moving all attention of the most sink-like heads to BOS (output "
+        "v_0) costs less loss than doing so for random heads.",
+        "the 10 % most hard-sink heads' attention moved to BOS on every query, Δloss vs random head sets",
+        "this keeps what a sinking head really outputs (v_0) and removes only its other queries' mixing",
+        "random head sets of the same size (many draws; the interval is over draws)", "ablation"),
+    "cost_closed_forms": Claim(
+        4, "Sink cost scales with κ√T (low-rank structure); diagonal cost scales with κT (full-rank structure).",
+        "exponent of the nuclear cost ~ T^a on orthonormal embeddings (closed forms, T = 64 … 1024) and the "
+        "exact convex programs beside the closed forms at small T",
+        "the claim is a scaling law; the exact programs check the closed forms it rests on",
+        "the diagonal pattern on the same embeddings", "cost_theory"),
+    "cost_real_layers": Claim(
+        4, "Sinks are provably cheaper to represent than diagonal patterns across a wide range of "
+        "hyperparameters and context lengths.",
+        "exact nuclear costs (κ = 1) of the sink and the diagonal pattern on each layer's unit attention inputs",
+        "the claim is about costs; the model's own inputs are the geometry the model faces",
+        "the diagonal pattern on the same inputs", "cost_layers"),
+    "bigram_backcopy_regimes": Claim(
+        4, "For typical backcopy tasks sinks incur lower parameter costs, so a model learns a sink when BOS is "
+        "available.",
+        "per initialisation, the switch head's BOS mass on non-trigger queries of bigram-backcopy models "
+        "trained with BOS (3 seeds); the diagonal without BOS is our addition, reported, not judged",
+        "training from scratch is the only way to see which mechanism is learned; the init is part of the "
+        "setting (SPEC §7)", "the same models trained without BOS", "regime_cells"),
+    "weights_low_rank": Claim(
+        5, "A sink is the low-rank solution: its W_QK needs rank 1 (the cost theory's rank-1 sink).",
+        "effective rank of W_QK at relative offset 0, sink heads (head class sink) vs the others, one-sided "
+        "Mann-Whitney",
+        "rank is what the cost theory predicts; offset 0 is the position-free form",
+        "non-sink heads of the same model", "weights"),
+    "weights_bos_alignment": Claim(
+        5, "A sink is realised by a rank-1 W_QK reading queries along the contexts' shared direction p̂ and keys "
+        "along the BOS-separating direction q̂.",
+        "|p̂ W_QK(Δ) q̂ᵀ| / σ₁ averaged over the RoPE offsets Δ = 1 … T−1 at which queries see BOS, with p̂, q̂ "
+        "the layer's half-space certificate directions; sink heads vs the others, one-sided Mann-Whitney",
+        "p̂ and q̂ are the directions of the theory's rank-1 construction, and the BOS key is only ever scored "
+        "at offsets t ≥ 1",
+        "non-sink heads of the same layers", "weights"),
+    "gu_sink_rate": Claim(
+        6, "Gu et al. 2025: the sink appears on natural text, random tokens and repeated tokens.",
+        "Gu et al.'s sink rate (per window, ε = 0.3, T = 64) on builtin:prose, builtin:random, builtin:repeat",
+        "the same statistic and settings as the paper it comes from", "random and repeated tokens are the "
+        "controls of the claim itself", "anchors"),
+    "dormant_heads": Claim(
+        6, "Sandoval-Segura et al. 2025: dormant heads (low AHON-LN) can be zeroed at much less cost than "
+        "random heads.",
+        "zero the 10 % lowest-AHON-LN heads, Δloss vs random head sets; the fraction of dormant heads is given "
+        "as a curve over the AHON-LN threshold",
+        "the ablation is the paper's own test; a curve avoids one arbitrary dormancy cut",
+        "random head sets of the same size (many draws)", "ablation"),
+}
+
+SECTION_OF = {claim: spec.section for claim, spec in CLAIMS.items()}
+
+
+def with_claim_text(record: dict) -> dict:
+    """A `Verdict.to_dict()` with the claim's words, test, why, control and table added."""
+    spec = CLAIMS[record["claim"]]
+    return record | {"paper_claim": spec.paper_claim, "test": spec.test, "why_strongest": spec.why,
+                     "control": spec.control, "table": spec.table}  # fmt: skip
 
 
 def _finite(values: Sequence[float]) -> np.ndarray:
@@ -95,308 +170,365 @@ def middle_layers(n_layers: int, lower: float = 0.25, upper: float = 0.75) -> li
     return chosen or [n_layers // 2]
 
 
-GEOMETRY = {"middle_depth": (0.25, 0.75), "token_frac": 0.95, "supported_layer_frac": 0.8, "partly_layer_frac": 0.2}
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
 
 
-def geometry_verdict(model: str, nonpos_frac: Sequence[float], cos_max: Sequence[float]) -> Verdict:
-    """Claim `geometry`: per layer, the fraction of context tokens with cos(z_0, z_t) ≤ 0 and the max cosine.
+# --- section 1 ---------------------------------------------------------------------------------------------
 
-    A middle layer holds when ≥ `token_frac` of its tokens have cos ≤ 0. Supported: ≥ `supported_layer_frac` of
-    middle layers hold; partly: ≥ `partly_layer_frac` do; else not supported.
-    """
-    nonpos = np.asarray(nonpos_frac, dtype=np.float64)
-    if nonpos.size == 0 or not np.isfinite(nonpos).all():
-        return Verdict("geometry", model, NOT_MEASURABLE, {}, GEOMETRY, "no per-layer BOS cosines")
-    middle = middle_layers(len(nonpos), *GEOMETRY["middle_depth"])
-    holds = nonpos[middle] >= GEOMETRY["token_frac"]
-    evidence = {
-        "middle_layers": middle,
-        "middle_layers_holding": float(holds.mean()),
-        "middle_mean_nonpos_frac": float(nonpos[middle].mean()),
-        "middle_max_cos": float(np.max(np.asarray(cos_max, dtype=np.float64)[middle])),
-        "nonpos_frac_per_layer": nonpos.tolist(),
-    }
-    verdict = (
-        SUPPORTED if holds.mean() >= GEOMETRY["supported_layer_frac"]
-        else PARTLY if holds.mean() >= GEOMETRY["partly_layer_frac"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("geometry", model, verdict, evidence, GEOMETRY)
+GEOMETRY = {"positive_token_tol": 0.05, "failing_layer_tol": 0.2, "partly_layer_frac": 0.2}
 
 
-REPRESENTABILITY = {"middle_depth": (0.25, 0.75), "supported_layer_frac": 0.8, "partly_layer_frac": 0.2}
+def geometry_verdict(model: str, nonpos: np.ndarray, control: np.ndarray, tokens: int, seed: int = 0) -> Verdict:
+    """Claim `geometry` from per-window counts (W, L) of tokens with cos ≤ 0 (BOS; `control`: a random context
+    token, over `tokens - 1` others) out of `tokens` per window. A middle layer holds when its pooled fraction is
+    ≥ 1 − `positive_token_tol`; supported when ≥ 1 − `failing_layer_tol` of middle layers hold, partly when
+    ≥ `partly_layer_frac` do."""
+    nonpos, control = np.asarray(nonpos, float), np.asarray(control, float)
+    middle = middle_layers(nonpos.shape[1]) if nonpos.ndim == 2 else []
+
+    def effects(units, th):
+        frac = units["bos"].sum(0)[middle] / (len(units["bos"]) * tokens)
+        ctrl = units["control"].sum(0)[middle] / (len(units["control"]) * (tokens - 1))
+        return {"middle_layers_holding": float((frac >= 1 - th["positive_token_tol"]).mean()),
+                "control_layers_holding": float((ctrl >= 1 - th["positive_token_tol"]).mean()),
+                "middle_mean_nonpos_frac": float(frac.mean()), "control_mean_nonpos_frac": float(ctrl.mean())}
+
+    def decide(e, th):
+        return graded(e["middle_layers_holding"], 1 - th["failing_layer_tol"], th["partly_layer_frac"])
+
+    units = {"bos": nonpos, "control": control} if middle else {}
+    if not middle:
+        return Verdict("geometry", model, NOT_MEASURABLE, {}, GEOMETRY, "no per-window BOS cosines")
+    return judge("geometry", model, units, effects, decide, GEOMETRY, over="windows", seed=seed, fractions=tuple(GEOMETRY),
+                 evidence={"middle_layers": middle})  # fmt: skip
 
 
-def representability_verdict(model: str, margin: Sequence[float]) -> Verdict:
-    """Claim `representability`: per layer the best normalised sink margin γ1·γ2 (0 when H1 or H2 fails).
-
-    Supported: ≥ `supported_layer_frac` of middle layers have γ1·γ2 > 0; partly: ≥ `partly_layer_frac`.
-    """
-    margin = np.asarray(margin, dtype=np.float64)
-    if margin.size == 0 or not np.isfinite(margin).all():
-        return Verdict("representability", model, NOT_MEASURABLE, {}, REPRESENTABILITY,
-                       "no half-space certificates (geometry cap 0?)")  # fmt: skip
-    middle = middle_layers(len(margin), *REPRESENTABILITY["middle_depth"])
-    frac = float((margin[middle] > 0).mean())
-    evidence = {"middle_layers_representable": frac, "all_layers_representable": float((margin > 0).mean()),
-                "margin_per_layer": margin.tolist()}  # fmt: skip
-    verdict = (
-        SUPPORTED if frac >= REPRESENTABILITY["supported_layer_frac"]
-        else PARTLY if frac >= REPRESENTABILITY["partly_layer_frac"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("representability", model, verdict, evidence, REPRESENTABILITY)
+REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2}
 
 
-OVERSMOOTHING = {"supported_head_frac": 0.8, "partly_head_frac": 0.5}
+def representability_verdict(model: str, layers: Sequence[Mapping], width: int) -> Verdict:
+    """Claim `representability` from per-middle-layer certificates `{layer, n_contexts, h1, h2, gamma2,
+    control_gamma2_max}` on samples larger than the model `width`. Supported: H1 and H2 hold and BOS's γ₂
+    exceeds every control token's in ≥ 1 − `failing_layer_tol` of the layers; partly: H1 and H2 hold in
+    ≥ `partly_layer_frac` of them (BOS then passes a test random tokens pass too); else not supported."""
+    layers = list(layers)
+    if not layers:
+        return Verdict("representability", model, NOT_MEASURABLE, {}, REPRESENTABILITY, "no certificates")
+    n = min(int(row["n_contexts"]) for row in layers)
+    if n <= width:
+        return Verdict("representability", model, NOT_MEASURABLE, {"n_contexts": n, "width": width},
+                       REPRESENTABILITY, f"the certificate sample ({n} tokens) is not larger than the model width "
+                       f"({width}): any token would pass")  # fmt: skip
+    holds = np.array([bool(row["h1"]) and bool(row["h2"]) for row in layers])
+    beyond = np.array([float(row["gamma2"]) > float(row["control_gamma2_max"]) for row in layers]) & holds
+
+    def effects(_units, _th):
+        return {"layers_representable": float(holds.mean()), "layers_beyond_control": float(beyond.mean())}
+
+    def decide(e, th):
+        if e["layers_representable"] >= 1 - th["failing_layer_tol"] and e["layers_beyond_control"] >= (
+            1 - th["failing_layer_tol"]
+        ):
+            return SUPPORTED
+        return PARTLY if e["layers_representable"] >= th["partly_layer_frac"] else NOT_SUPPORTED
+
+    evidence = {"n_contexts": n, "width": width,
+                "gamma2_bos": [float(r["gamma2"]) for r in layers],
+                "gamma2_control_max": [float(r["control_gamma2_max"]) for r in layers]}  # fmt: skip
+    return judge("representability", model, {}, effects, decide, REPRESENTABILITY, fractions=tuple(REPRESENTABILITY),
+                 over="exact certificates on every sampled token: no sampling interval", evidence=evidence)  # fmt: skip
 
 
-def oversmoothing_verdict(
-    model: str, frac_dense_more: float, frac_observed_rise: float, sign_agreement: float, n_heads: int
-) -> Verdict:
-    """Claim `oversmoothing`: fractions of heads with 2b + c > 0 (predicted) and with a rising observed curve.
+# --- section 2 ---------------------------------------------------------------------------------------------
 
-    Supported: both ≥ `supported_head_frac` ("rarely" = at most one head in five counteracts); partly: either
-    ≥ `partly_head_frac`; else not supported.
-    """
-    evidence = {"frac_dense_more": frac_dense_more, "frac_observed_rise": frac_observed_rise,
-                "sign_agreement": sign_agreement, "n_heads": n_heads}  # fmt: skip
-    if n_heads == 0 or not (math.isfinite(frac_dense_more) and math.isfinite(frac_observed_rise)):
-        return Verdict("oversmoothing", model, NOT_MEASURABLE, evidence, OVERSMOOTHING, "no smoothing columns")
-    low = min(frac_dense_more, frac_observed_rise)
-    high = max(frac_dense_more, frac_observed_rise)
-    verdict = (
-        SUPPORTED if low >= OVERSMOOTHING["supported_head_frac"]
-        else PARTLY if high >= OVERSMOOTHING["partly_head_frac"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("oversmoothing", model, verdict, evidence, OVERSMOOTHING)
+OVERSMOOTHING = {"counteract_tol": 0.2, "partly_frac": 0.5}
 
 
-SWITCH = {"supported": 0.9, "partly": 0.5}
+def oversmoothing_verdict(model: str, dense_more: Sequence[bool], observed_rise: Sequence[bool], seed: int = 0
+                          ) -> Verdict:  # fmt: skip
+    """Claim `oversmoothing` from per-head booleans: 2b + c > 0 by the measured-moment predictor, and an observed
+    rise of the mean pairwise cosine. Supported: both fractions ≥ 1 − `counteract_tol` ("rarely" = at most one
+    head in five counteracts); partly: either ≥ `partly_frac`. Interval over heads."""
+    units = {"dense": np.asarray(dense_more, float), "rise": np.asarray(observed_rise, float)}
+
+    def effects(u, _th):
+        return {"frac_observed_rise": float(u["rise"].mean()), "frac_dense_more_measured": float(u["dense"].mean()),
+                "sign_agreement": float((u["dense"] == u["rise"]).mean())}  # fmt: skip
+
+    def decide(e, th):
+        low = min(e["frac_observed_rise"], e["frac_dense_more_measured"])
+        high = max(e["frac_observed_rise"], e["frac_dense_more_measured"])
+        return SUPPORTED if low >= 1 - th["counteract_tol"] else PARTLY if high >= th["partly_frac"] else NOT_SUPPORTED
+
+    if units["dense"].size == 0:
+        return Verdict("oversmoothing", model, NOT_MEASURABLE, {}, OVERSMOOTHING, "no smoothing columns")
+    return judge("oversmoothing", model, units, effects, decide, OVERSMOOTHING, over="heads", seed=seed,
+                 fractions=tuple(OVERSMOOTHING),
+                 evidence={"n_heads": int(units["dense"].size)})  # fmt: skip
 
 
-def switch_verdict(model: str, n_off_sink: int, n_off_nosink: int, n_on_sink: int, n_on_nosink: int) -> Verdict:
-    """Claim `switch` from the pooled 2×2 table (queries × heads): switched-off (‖o_t‖ ≤ τ mean‖v‖) × hard-sink.
+# --- section 3 ---------------------------------------------------------------------------------------------
 
-    P(sink | off) and P(off | sink): supported when both ≥ `supported`; partly when either ≥ `partly`.
-    Not measurable when no query is switched off or none sinks.
-    """
-    n_off, n_sink = n_off_sink + n_off_nosink, n_off_sink + n_on_sink
-    evidence = {"n_off_sink": n_off_sink, "n_off_nosink": n_off_nosink, "n_on_sink": n_on_sink,
-                "n_on_nosink": n_on_nosink}  # fmt: skip
-    if n_off == 0 or n_sink == 0:
-        return Verdict("switch", model, NOT_MEASURABLE, evidence, SWITCH,
-                       "no switched-off or no hard-sink query in the sample")  # fmt: skip
-    sink_given_off, off_given_sink = n_off_sink / n_off, n_off_sink / n_sink
-    evidence |= {"p_sink_given_off": sink_given_off, "p_off_given_sink": off_given_sink}
-    verdict = (
-        SUPPORTED if min(sink_given_off, off_given_sink) >= SWITCH["supported"]
-        else PARTLY if max(sink_given_off, off_given_sink) >= SWITCH["partly"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("switch", model, verdict, evidence, SWITCH)
+SWITCH = {"tau": 0.1, "delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
+GRID = (0.5, 1.0, 2.0)  # the τ and δ scales the per-window switch tables are counted at
 
 
-VALUE_DRAIN = {"sink_head_hard_sink_frac": 0.5, "supported_median": 0.5, "partly_median": 1.0, "min_heads": 1}
+def switch_verdict(model: str, counts: np.ndarray, tau: float = 0.1, delta: float = 0.1, seed: int = 0) -> Verdict:
+    """Claim `switch` from per-window 2×2 tables `counts` (W, δ scale, τ scale, 4) at δ, τ × `GRID`, cells
+    (off·sink, off·no sink, on·sink, on·no sink). Supported: P(sink | off) and P(off | sink) both ≥ 1 −
+    `miss_tol`; partly: either ≥ `partly_min`; not measurable without a switched-off or a sinking query."""
+    thresholds = SWITCH | {"tau": tau, "delta": delta}
+
+    def effects(u, th):
+        table = u["counts"][:, GRID.index(th["delta"] / delta), GRID.index(th["tau"] / tau)].sum(0)
+        off_sink, off_nosink, on_sink, on_nosink = (float(x) for x in table)
+        return {"p_sink_given_off": _ratio(off_sink, off_sink + off_nosink),
+                "p_off_given_sink": _ratio(off_sink, off_sink + on_sink),
+                "p_off_given_nosink": _ratio(off_nosink, off_nosink + on_nosink),
+                "n_off": off_sink + off_nosink, "n_sink": off_sink + on_sink}  # fmt: skip
+
+    def decide(e, th):
+        a, b = e["p_sink_given_off"], e["p_off_given_sink"]
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return NOT_MEASURABLE
+        return SUPPORTED if min(a, b) >= 1 - th["miss_tol"] else PARTLY if max(a, b) >= th["partly_min"] else (
+            NOT_SUPPORTED)
+
+    return judge("switch", model, {"counts": np.asarray(counts, float)}, effects, decide, thresholds,
+                 over="windows", seed=seed, fractions=("miss_tol", "partly_min"))  # fmt: skip
 
 
-def value_drain_verdict(model: str, sink_head_drains: Sequence[float], other_drains: Sequence[float]) -> Verdict:
-    """Claim `value_drain`: ‖v_0‖ / mean ‖v_j‖ on sink heads (hard-sink fraction ≥ 0.5; chosen by the caller).
-
-    Supported: median ≤ `supported_median`; partly: ≤ `partly_median`; else not supported.
-    """
-    sinks, others = _finite(sink_head_drains), _finite(other_drains)
-    evidence = {"n_sink_heads": int(sinks.size), "median_sink_heads": float(np.median(sinks)) if sinks.size else None,
-                "median_other_heads": float(np.median(others)) if others.size else None}  # fmt: skip
-    if sinks.size < VALUE_DRAIN["min_heads"]:
-        return Verdict("value_drain", model, NOT_MEASURABLE, evidence, VALUE_DRAIN, "no sink head")
-    median = float(np.median(sinks))
-    verdict = (
-        SUPPORTED if median <= VALUE_DRAIN["supported_median"]
-        else PARTLY if median <= VALUE_DRAIN["partly_median"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("value_drain", model, verdict, evidence, VALUE_DRAIN)
+VALUE_DRAIN = {"sink_head_hard_frac": 0.5, "drain_max": 0.5, "p_value": 0.05}
+MIN_GROUPS = 3
 
 
-MLP_LIKE = {"supported_max": 0.5, "partly_max": 0.1}
+def value_drain_verdict(model: str, drains: np.ndarray, group_hard_frac: np.ndarray, seed: int = 0) -> Verdict:
+    """Claim `value_drain` from per-window drains (W, G) of the G key/value groups (all layers) and each group's
+    largest hard-sink fraction among its query heads (G,). Sink groups: hard fraction ≥ `sink_head_hard_frac`.
+    Supported: the sink groups' median drain ≤ `drain_max` and below the other groups' (one-sided
+    Mann-Whitney p < `p_value`); partly: one of the two; not measurable with fewer than 3 groups on a side."""
+    from scipy.stats import mannwhitneyu
+
+    group_hard_frac = np.asarray(group_hard_frac, float)
+
+    def effects(u, th):
+        per_group = u["drains"].mean(0)
+        sink = group_hard_frac >= th["sink_head_hard_frac"]
+        a, b = per_group[sink], per_group[~sink]
+        if min(a.size, b.size) < MIN_GROUPS:
+            return {"median_ratio_sink_over_other": math.nan, "median_sink_groups": math.nan,
+                    "median_other_groups": math.nan, "p_value": math.nan, "n_sink_groups": float(a.size)}
+        p = float(mannwhitneyu(a, b, alternative="less").pvalue)
+        return {"median_ratio_sink_over_other": float(np.median(a) / np.median(b)),
+                "median_sink_groups": float(np.median(a)), "median_other_groups": float(np.median(b)),
+                "p_value": p, "n_sink_groups": float(a.size)}  # fmt: skip
+
+    def decide(e, th):
+        if not math.isfinite(e["p_value"]):
+            return NOT_MEASURABLE
+        small, lower = e["median_sink_groups"] <= th["drain_max"], e["p_value"] < th["p_value"]
+        return SUPPORTED if small and lower else PARTLY if small or lower else NOT_SUPPORTED
+
+    return judge("value_drain", model, {"drains": np.asarray(drains, float)}, effects, decide, VALUE_DRAIN,
+                 over="windows", seed=seed, fractions=("sink_head_hard_frac",), cap=False, evidence={"n_groups": int(group_hard_frac.size)})  # fmt: skip
 
 
-def mlp_like_verdict(model: str, mlp_like_frac: Sequence[float]) -> Verdict:
-    """Claim `mlp_like`: per layer, the fraction of queries on which every head is hard-sink or hard-diagonal.
+def mlp_like_verdict(model: str, counts: np.ndarray, queries: int, seed: int = 0) -> Verdict:
+    """Claim `mlp_like`, descriptive: per-window counts (W, L) of queries on which every head is hard-sink or
+    hard-diagonal, out of `queries` per window; the largest layer fraction with its interval."""
+    counts = np.asarray(counts, float)
 
-    Supported: some layer ≥ `supported_max`; partly: some layer ≥ `partly_max`; else not supported.
-    """
-    frac = _finite(mlp_like_frac)
-    if frac.size == 0:
-        return Verdict("mlp_like", model, NOT_MEASURABLE, {}, MLP_LIKE, "no per-layer MLP-like fractions")
-    evidence = {"max": float(frac.max()), "argmax_layer": int(np.argmax(frac)), "mean": float(frac.mean()),
-                "layers_over_partly": int((frac >= MLP_LIKE["partly_max"]).sum())}  # fmt: skip
-    verdict = (
-        SUPPORTED if frac.max() >= MLP_LIKE["supported_max"]
-        else PARTLY if frac.max() >= MLP_LIKE["partly_max"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("mlp_like", model, verdict, evidence, MLP_LIKE)
+    def effects(u, _th):
+        frac = u["counts"].sum(0) / (len(u["counts"]) * queries)
+        return {"max_layer_frac": float(frac.max()), "argmax_layer": float(np.argmax(frac)),
+                "mean_layer_frac": float(frac.mean())}  # fmt: skip
+
+    if counts.size == 0:
+        return Verdict("mlp_like", model, NOT_MEASURABLE, {}, {}, "no per-layer MLP-like counts")
+    return judge("mlp_like", model, {"counts": counts}, effects, lambda e, th: DESCRIPTIVE, {}, over="windows",
+                 seed=seed, descriptive=True)  # fmt: skip
 
 
 ABLATION = {"supported_ratio": 0.5, "partly_ratio": 1.0}
 
 
-def ablation_verdict(
-    claim: str, model: str, delta_selected: float, delta_random: Sequence[float], extra: dict | None = None
-) -> Verdict:
-    """Claims `sink_ablation`, `sink_ablation_bos` and `dormant_heads`: loss change (nats/token) of a selected head set vs the mean of
-    random sets of the same size. ratio = Δ_selected / mean Δ_random: supported ≤ `supported_ratio`, partly
-    < `partly_ratio`, else not supported; not measurable when the random sets do not raise the loss.
-    `extra` joins the evidence (e.g. the dormant fraction) and may carry `min_dormant_frac`, checked for
-    `dormant_heads`: below it the verdict is at most partly.
-    """
-    extra = dict(extra or {})
+def ablation_verdict(claim: str, model: str, delta_selected: float, delta_random: Sequence[float],
+                     extra: dict | None = None, seed: int = 0) -> Verdict:  # fmt: skip
+    """Claims `sink_ablation`, `sink_ablation_bos`, `dormant_heads`: ratio = Δloss of the selected heads / mean
+    Δloss of random head sets of the same size. Supported: ratio ≤ `supported_ratio`; partly: < `partly_ratio`;
+    not measurable when the random sets do not raise the loss. Interval over the random draws."""
     randoms = _finite(delta_random)
-    mean_random = float(randoms.mean()) if randoms.size else math.nan
-    evidence = {"delta_selected": delta_selected, "delta_random_mean": mean_random,
-                "delta_random": randoms.tolist(), **extra}  # fmt: skip
-    thresholds = dict(ABLATION)
-    if not (math.isfinite(delta_selected) and math.isfinite(mean_random)) or mean_random <= 0:
-        return Verdict(claim, model, NOT_MEASURABLE, evidence, thresholds, "random heads do not raise the loss")
-    ratio = delta_selected / mean_random
-    evidence["ratio"] = ratio
-    verdict = SUPPORTED if ratio <= ABLATION["supported_ratio"] else PARTLY if ratio < ABLATION["partly_ratio"] else (
-        NOT_SUPPORTED
-    )
-    if claim == "dormant_heads":
-        thresholds["min_dormant_frac"] = DORMANT_MIN_FRAC
-        if extra.get("dormant_frac", 0.0) < DORMANT_MIN_FRAC and verdict == SUPPORTED:
-            verdict = PARTLY
-    return Verdict(claim, model, verdict, evidence, thresholds)
+
+    def effects(u, _th):
+        mean = float(u["random"].mean())
+        return {"ratio": delta_selected / mean if mean > 0 else math.nan, "delta_random_mean": mean}
+
+    def decide(e, th):
+        if not math.isfinite(e["ratio"]):
+            return NOT_MEASURABLE
+        return SUPPORTED if e["ratio"] <= th["supported_ratio"] else PARTLY if e["ratio"] < th["partly_ratio"] else (
+            NOT_SUPPORTED)
+
+    evidence = {"delta_selected": delta_selected, "delta_random": randoms.tolist(), **(extra or {})}
+    return judge(claim, model, {"random": randoms}, effects, decide, ABLATION, over="random draws", seed=seed,
+                 evidence=evidence)  # fmt: skip
 
 
-DORMANT_AHON_LN = 0.5  # a head is dormant when its AHON-LN ≤ this (our threshold; the paper sweeps several)
-DORMANT_MIN_FRAC = 0.04  # Sandoval-Segura et al. report 4-14% of heads
+DORMANT_AHON_LN = 0.5  # the dormancy cut of the ablation's head set is by rank (lowest 10 %), not by this value
+DORMANT_CURVE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
-COST_CLOSED = {"sink_exponent": 0.5, "diagonal_exponent": 1.0, "exponent_tol": 0.1, "exact_rel_tol": 1e-3}
+def dormant_curve(ahon_ln: Sequence[float]) -> dict[str, float]:
+    """Fraction of heads with AHON-LN ≤ x for x in `DORMANT_CURVE` (Sandoval-Segura et al. sweep the cut)."""
+    values = _finite(ahon_ln)
+    return {f"{x:g}": float((values <= x).mean()) if values.size else math.nan for x in DORMANT_CURVE}
 
 
-def cost_closed_forms_verdict(
-    model: str, sink_exponent: float, diagonal_exponent: float, exact_rel_error: float
-) -> Verdict:
-    """Claim `cost_closed_forms`: fitted exponents of nuclear cost ~ T^a (closed forms over T) and the largest
-    relative gap between the exact convex programs and the closed forms.
+# --- section 4 ---------------------------------------------------------------------------------------------
 
-    Supported: both exponents within `exponent_tol` of 1/2 and 1 and the programs match within `exact_rel_tol`;
-    partly: the exponents order as claimed (sink < diagonal); else not supported.
-    """
-    evidence = {"sink_exponent": sink_exponent, "diagonal_exponent": diagonal_exponent,
+COST_CLOSED = {"exponent_tol": 0.1, "exact_rel_tol": 1e-3}
+
+
+def cost_closed_forms_verdict(model: str, sink_exponent: float, diagonal_exponent: float,
+                              exact_rel_error: float) -> Verdict:  # fmt: skip
+    """Claim `cost_closed_forms` (exact): fitted exponents of nuclear cost ~ T^a and the largest relative gap
+    between the exact programs and the closed forms. Supported: exponents within `exponent_tol` of ½ and 1 and
+    the programs within `exact_rel_tol`; partly: the exponents order as claimed; else not supported."""
+
+    def effects(_u, _th):
+        return {"sink_exponent": sink_exponent, "diagonal_exponent": diagonal_exponent,
                 "exact_rel_error": exact_rel_error}  # fmt: skip
-    if not (math.isfinite(sink_exponent) and math.isfinite(diagonal_exponent)):
-        return Verdict("cost_closed_forms", model, NOT_MEASURABLE, evidence, COST_CLOSED, "no exponents")
-    tol = COST_CLOSED["exponent_tol"]
-    close = abs(sink_exponent - 0.5) <= tol and abs(diagonal_exponent - 1.0) <= tol
-    exact = math.isfinite(exact_rel_error) and exact_rel_error <= COST_CLOSED["exact_rel_tol"]
-    verdict = SUPPORTED if close and exact else PARTLY if sink_exponent < diagonal_exponent else NOT_SUPPORTED
-    return Verdict("cost_closed_forms", model, verdict, evidence, COST_CLOSED)
+
+    def decide(e, th):
+        if not (math.isfinite(sink_exponent) and math.isfinite(diagonal_exponent)):
+            return NOT_MEASURABLE
+        close = abs(sink_exponent - 0.5) <= th["exponent_tol"] and abs(diagonal_exponent - 1) <= th["exponent_tol"]
+        exact = math.isfinite(exact_rel_error) and exact_rel_error <= th["exact_rel_tol"]
+        return SUPPORTED if close and exact else PARTLY if sink_exponent < diagonal_exponent else NOT_SUPPORTED
+
+    return judge("cost_closed_forms", model, {}, effects, decide, COST_CLOSED,
+                 over="closed forms and exact programs: no sampling interval")  # fmt: skip
 
 
-COST_REAL = {"supported_frac": 0.8, "partly_frac": 0.5}
+COST_REAL = {"losing_pair_tol": 0.2, "partly_frac": 0.5}
 
 
-def cost_real_verdict(model: str, sink_costs: Sequence[float], diagonal_costs: Sequence[float]) -> Verdict:
-    """Claim `cost_real_layers`: paired nuclear costs (one per layer and window; inf = infeasible).
-
-    Over pairs where at least one pattern is feasible, the sink wins when it is feasible and cheaper (or the
-    diagonal is infeasible). Supported: it wins ≥ `supported_frac` of pairs; partly: ≥ `partly_frac`.
-    """
-    sink, diag = np.asarray(sink_costs, dtype=np.float64), np.asarray(diagonal_costs, dtype=np.float64)
+def cost_real_verdict(model: str, sink_costs: Sequence[float], diagonal_costs: Sequence[float], seed: int = 0
+                      ) -> Verdict:  # fmt: skip
+    """Claim `cost_real_layers`: paired nuclear costs per (layer, window) (inf = infeasible). The sink wins a pair
+    when it is feasible and cheaper, or the diagonal is infeasible. Supported: it wins ≥ 1 − `losing_pair_tol`
+    of the pairs; partly: ≥ `partly_frac`. Interval over pairs."""
+    sink, diag = np.asarray(sink_costs, float), np.asarray(diagonal_costs, float)
     valid = ~(np.isnan(sink) | np.isnan(diag)) & (np.isfinite(sink) | np.isfinite(diag))
     sink, diag = sink[valid], diag[valid]
     if sink.size == 0:
         return Verdict("cost_real_layers", model, NOT_MEASURABLE, {}, COST_REAL, "no feasible pattern solved")
-    wins = np.isfinite(sink) & (~np.isfinite(diag) | (sink < diag))
+    wins = (np.isfinite(sink) & (~np.isfinite(diag) | (sink < diag))).astype(float)
     both = np.isfinite(sink) & np.isfinite(diag)
-    evidence = {
-        "pairs": int(sink.size),
-        "sink_cheaper_frac": float(wins.mean()),
-        "sink_infeasible": int((~np.isfinite(sink)).sum()),
-        "diagonal_infeasible": int((~np.isfinite(diag)).sum()),
-        "median_diag_over_sink": float(np.median(diag[both] / sink[both])) if both.any() else None,
-    }
-    verdict = (
-        SUPPORTED if wins.mean() >= COST_REAL["supported_frac"]
-        else PARTLY if wins.mean() >= COST_REAL["partly_frac"]
-        else NOT_SUPPORTED
-    )  # fmt: skip
-    return Verdict("cost_real_layers", model, verdict, evidence, COST_REAL)
+
+    def effects(u, _th):
+        return {"sink_cheaper_frac": float(u["wins"].mean())}
+
+    def decide(e, th):
+        return graded(e["sink_cheaper_frac"], 1 - th["losing_pair_tol"], th["partly_frac"])
+
+    evidence = {"pairs": int(sink.size), "sink_infeasible": int((~np.isfinite(sink)).sum()),
+                "diagonal_infeasible": int((~np.isfinite(diag)).sum()),
+                "median_diag_over_sink": float(np.median(diag[both] / sink[both])) if both.any() else None}  # fmt: skip
+    return judge("cost_real_layers", model, {"wins": wins}, effects, decide, COST_REAL, over="(layer, window) pairs",
+                 seed=seed, evidence=evidence, fractions=tuple(COST_REAL))  # fmt: skip
 
 
-REGIMES = {"bos_mass": 0.5, "diag_mass": 0.5}
+REGIMES = {"bos_mass": 0.5}
 
 
 def regimes_verdict(model: str, inits: dict[str, tuple[dict, dict]] | None, reason: str = "") -> Verdict:
-    """Claim `bigram_backcopy_regimes`: per initialisation, the switch head's mean masses on non-trigger queries
-    (over seeds) of the runs with BOS and without, as `{init: ({"bos_mass", "diag_mass", "pattern"}, {...})}`.
-
-    An init agrees with the claim when with BOS the head sinks (bos_mass ≥ `bos_mass`) and without BOS it is
-    diagonal (diag_mass ≥ `diag_mass`). Supported: every init agrees; partly: some init agrees, or one half holds
-    for every init; else not supported; not measurable when the runs are missing (`reason` says why).
-    """
+    """Claim `bigram_backcopy_regimes` as the paper states it (a sink when BOS is available), from
+    `{init: (with BOS, without BOS)}` cells `{"bos_mass", "diag_mass", "pattern", "agreement"}` (seed means).
+    Supported: the with-BOS switch head sinks (BOS mass ≥ `bos_mass`) at every init; partly (init-dependent):
+    at some; else not supported. The without-BOS cells are evidence only (the diagonal is our addition)."""
     if not inits:
         return Verdict("bigram_backcopy_regimes", model, NOT_MEASURABLE, {}, REGIMES, reason or "no runs")
-    halves = {
-        init: (with_bos["bos_mass"] >= REGIMES["bos_mass"], without_bos["diag_mass"] >= REGIMES["diag_mass"])
-        for init, (with_bos, without_bos) in inits.items()
-    }
     evidence = {f"{init}_{'bos' if flag else 'nobos'}": cell for init, pair in inits.items()
                 for flag, cell in zip((True, False), pair)}  # fmt: skip
-    agree = [sink and diag for sink, diag in halves.values()]
-    one_half = all(sink for sink, _ in halves.values()) or all(diag for _, diag in halves.values())
-    verdict = SUPPORTED if all(agree) else PARTLY if any(agree) or one_half else NOT_SUPPORTED
-    return Verdict("bigram_backcopy_regimes", model, verdict, evidence, REGIMES)
+
+    def effects(_u, th):
+        sinks = [with_bos["bos_mass"] >= th["bos_mass"] for with_bos, _ in inits.values()]
+        return {"inits_with_sink": float(np.mean(sinks))}
+
+    def decide(e, _th):
+        share = e["inits_with_sink"]
+        return SUPPORTED if share == 1 else PARTLY if share > 0 else NOT_SUPPORTED
+
+    verdict = judge("bigram_backcopy_regimes", model, {}, effects, decide, REGIMES, fractions=("bos_mass",),
+                    over="seed means per cell (agreement over seeds in the evidence)", evidence=evidence)  # fmt: skip
+    if verdict.verdict == PARTLY:
+        holding = [init for init, (with_bos, _) in inits.items() if with_bos["bos_mass"] >= REGIMES["bos_mass"]]
+        note = f"init-dependent: a sink with BOS at {', '.join(holding)} only"
+        return replace(verdict, reason="; ".join(p for p in (note, verdict.reason) if p))
+    return verdict
 
 
-WEIGHTS = {"min_heads_per_group": 3, "p_value": 0.05}
+# --- section 5 ---------------------------------------------------------------------------------------------
+
+WEIGHTS = {"p_value": 0.05}
 
 
-def weights_verdict(
-    claim: str, model: str, sink_values: Sequence[float], other_values: Sequence[float], sink_lower: bool
-) -> Verdict:
-    """Claims `weights_low_rank` (sink heads' effective rank lower: `sink_lower`) and `weights_bos_alignment`
-    (sink heads' BOS alignment higher): two distributions over heads, compared by medians and a one-sided
-    Mann-Whitney U test. Supported: medians order as claimed and p < `p_value`; partly: medians order as
-    claimed; else not supported; not measurable with fewer than `min_heads_per_group` heads in a group.
-    """
+def weights_verdict(claim: str, model: str, sink_values: Sequence[float], other_values: Sequence[float],
+                    sink_lower: bool, seed: int = 0) -> Verdict:  # fmt: skip
+    """Claims `weights_low_rank` (sink heads lower: `sink_lower`) and `weights_bos_alignment` (higher): medians and
+    a one-sided Mann-Whitney U test. Supported: medians order as claimed and p < `p_value`; partly: medians
+    order as claimed; else not supported; not measurable with fewer than 3 heads in a group. Interval over heads."""
     from scipy.stats import mannwhitneyu
 
     sinks, others = _finite(sink_values), _finite(other_values)
-    evidence = {"n_sink_heads": int(sinks.size), "n_other_heads": int(others.size)}
-    if min(sinks.size, others.size) < WEIGHTS["min_heads_per_group"]:
-        return Verdict(claim, model, NOT_MEASURABLE, evidence, WEIGHTS,
-                       f"fewer than {WEIGHTS['min_heads_per_group']} heads in a group")  # fmt: skip
+    values = np.concatenate([sinks, others])
+    is_sink = np.concatenate([np.ones(sinks.size), np.zeros(others.size)])
     alternative = "less" if sink_lower else "greater"
-    p = float(mannwhitneyu(sinks, others, alternative=alternative).pvalue)
-    med_s, med_o = float(np.median(sinks)), float(np.median(others))
-    evidence |= {"median_sink_heads": med_s, "median_other_heads": med_o, "p_value": p,
-                 "alternative": f"sink heads {alternative}"}  # fmt: skip
-    ordered = med_s < med_o if sink_lower else med_s > med_o
-    verdict = SUPPORTED if ordered and p < WEIGHTS["p_value"] else PARTLY if ordered else NOT_SUPPORTED
-    return Verdict(claim, model, verdict, evidence, WEIGHTS)
+
+    def effects(u, _th):
+        a, b = u["values"][u["is_sink"] == 1], u["values"][u["is_sink"] == 0]
+        if min(a.size, b.size) < 3:
+            return {"median_difference": math.nan, "p_value": math.nan}
+        return {"median_difference": float(np.median(a) - np.median(b)), "median_sink_heads": float(np.median(a)),
+                "median_other_heads": float(np.median(b)),
+                "p_value": float(mannwhitneyu(a, b, alternative=alternative).pvalue)}  # fmt: skip
+
+    def decide(e, th):
+        if not math.isfinite(e["p_value"]):
+            return NOT_MEASURABLE
+        ordered = e["median_difference"] < 0 if sink_lower else e["median_difference"] > 0
+        return SUPPORTED if ordered and e["p_value"] < th["p_value"] else PARTLY if ordered else NOT_SUPPORTED
+
+    evidence = {"n_sink_heads": int(sinks.size), "n_other_heads": int(others.size),
+                "alternative": f"sink heads {alternative}"}  # fmt: skip
+    if min(sinks.size, others.size) < 3:
+        return Verdict(claim, model, NOT_MEASURABLE, evidence, WEIGHTS, "fewer than 3 heads in a group")
+    return judge(claim, model, {"values": values, "is_sink": is_sink}, effects, decide, WEIGHTS, over="heads",
+                 seed=seed, evidence=evidence, cap=False)  # fmt: skip
 
 
-GU = {"epsilon": 0.3, "seq_len": 64, "present_rate": 0.2}
+# --- section 6 ---------------------------------------------------------------------------------------------
+
+GU = {"epsilon": 0.3, "present_rate": 0.2}
 
 
-def gu_sink_rate_verdict(model: str, rates: dict[str, float]) -> Verdict:
-    """Claim `gu_sink_rate`: per-window sink rates on `natural` (prose), `random` and `repeat` tokens.
-
-    A sink is present on a corpus when its rate ≥ `present_rate`. Supported: present on all three; partly:
-    present on natural text only or on some; not supported: absent on natural text.
-    """
+def gu_sink_rate_verdict(model: str, scores: dict[str, np.ndarray], seed: int = 0) -> Verdict:
+    """Claim `gu_sink_rate` from per-window sink scores α^w (W, L, H) on `natural`, `random` and `repeat`
+    tokens: the rate mean [α^w > ε] per corpus. Present when the rate ≥ `present_rate`; supported: present on
+    all three; partly: on natural text; else not supported. Interval over windows (each corpus its own)."""
     needed = ("natural", "random", "repeat")
-    if any(name not in rates or not math.isfinite(rates[name]) for name in needed):
-        return Verdict("gu_sink_rate", model, NOT_MEASURABLE, dict(rates), GU, "a corpus was not analysed")
-    present = {name: rates[name] >= GU["present_rate"] for name in needed}
-    evidence = {**{f"sink_rate_{k}": v for k, v in rates.items()}, "present": present}
-    verdict = SUPPORTED if all(present.values()) else PARTLY if present["natural"] else NOT_SUPPORTED
-    return Verdict("gu_sink_rate", model, verdict, evidence, GU)
+    if any(name not in scores or np.asarray(scores[name]).size == 0 for name in needed):
+        return Verdict("gu_sink_rate", model, NOT_MEASURABLE, {}, GU, "a corpus was not analysed")
+
+    def effects(u, th):
+        rates = {f"sink_rate_{name}": float((np.asarray(u[name]) > th["epsilon"]).mean()) for name in needed}
+        return {"min_rate": min(rates.values()), **rates}
+
+    def decide(e, th):
+        present = {name: e[f"sink_rate_{name}"] >= th["present_rate"] for name in needed}
+        return SUPPORTED if all(present.values()) else PARTLY if present["natural"] else NOT_SUPPORTED
+
+    return judge("gu_sink_rate", model, {name: np.asarray(scores[name], float) for name in needed}, effects, decide,
+                 GU, over="windows", seed=seed, fractions=("present_rate",))  # fmt: skip

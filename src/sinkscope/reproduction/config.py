@@ -19,8 +19,9 @@ class ReproduceConfig:
     half-space certificates. ablation_windows, ablation_fraction, random_draws: the head ablations (one
     fraction of all heads, dormant and sink-like sets against `random_draws` random sets).
     smoothing_layer_stride: the oversmoothing columns of every stride-th layer (1: all), in the capture pass.
-    cost_contexts,
-    cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
+    certificate_windows, certificate_controls: the half-space certificates of the middle layers on every context
+    token of that many windows of the first corpus (more tokens than the model width), with that many random
+    context tokens as the control. cost_contexts, cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
     window, every `cost_layer_stride`-th layer). cost_exact_Ts: T of the exact programs checked against the
     closed forms. regimes: train the bigram-backcopy regime map (`train-bb --grid regimes`, its quick grid);
     regimes_from: read a regime map that `sinkscope train-bb --grid regimes --out DIR` already wrote instead.
@@ -34,7 +35,9 @@ class ReproduceConfig:
     geometry_cap: int = 256
     ablation_windows: int = 16
     ablation_fraction: float = 0.1
-    random_draws: int = 3
+    random_draws: int = 8
+    certificate_windows: int = 24
+    certificate_controls: int = 3
     cost_contexts: int = 8
     cost_windows: int = 2
     cost_layer_stride: int = 1
@@ -55,7 +58,8 @@ class ReproduceConfig:
         if self.seq_len < 8:
             raise SinkscopeError(f"--seq-len {self.seq_len} is too short: use at least 8 (Gu et al. use 64)")
         for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "cost_windows",
-                     "cost_layer_stride", "smoothing_layer_stride"):  # fmt: skip
+                     "cost_layer_stride", "smoothing_layer_stride", "certificate_windows",
+                     "certificate_controls"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise SinkscopeError(f"{name} {getattr(self, name)} must be at least 1")
         if not 0 < self.ablation_fraction <= 1:
@@ -76,7 +80,7 @@ class ReproduceConfig:
             return config
         small = dict(windows=8, anchor_windows=2, geometry_cap=32, ablation_windows=2, random_draws=2,
                      cost_windows=1, cost_layer_stride=6, smoothing_layer_stride=6, cost_exact_Ts=(2, 4, 8),
-                     quick=True)  # fmt: skip
+                     certificate_windows=4, certificate_controls=1, quick=True)  # fmt: skip
         return replace(config, **{k: v for k, v in small.items() if k not in overrides})
 
     def to_dict(self) -> dict:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.reproduction.claims import GEOMETRY, middle_layers
+from sinkscope.reproduction.claims import middle_layers
 
 
 def _axes(n: int, width: float = 4.6, height: float = 3.2) -> tuple[Figure, list]:
@@ -22,7 +22,7 @@ def geometry_figure(evidence: dict[str, dict]) -> Figure:
     for ax, (model, tables) in zip(axes, evidence.items()):
         geometry = tables["geometry"]
         n_layers = int(geometry["layer"].max()) + 1
-        middle = middle_layers(n_layers, *GEOMETRY["middle_depth"])
+        middle = middle_layers(n_layers)
         ax.axvspan(min(middle) - 0.5, max(middle) + 0.5, color="#eeeeee", label="middle layers")
         for corpus, group in geometry.groupby("corpus"):
             ax.plot(group["layer"], group["bos_cos_nonpos_frac_z"], "-o", ms=3, label=f"frac cos≤0 (z) · {corpus}")

@@ -1,55 +1,76 @@
-"""From the sections' tables to the numbers each verdict function takes (`reproduce.claims`), and the evidence
-tables the report shows. No model, no I/O: tables in, verdicts and tables out."""
+"""From the sections' tables to the numbers each verdict function takes (`reproduction.claims`), and the evidence
+tables the report shows and links each verdict to. No model, no I/O: tables in, verdicts and tables out."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from sinkscope.reproduction import claims as c
 from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.evidence import DELTA_SCALES
 
-SINK_HEAD_HARD_FRAC = c.VALUE_DRAIN["sink_head_hard_sink_frac"]
 GEOMETRY_COLUMNS = ["layer", "bos_cos_mean_z", "bos_cos_max_z", "bos_cos_nonpos_frac_z", "bos_cos_mean_h",
                     "bos_cos_max_h", "bos_cos_nonpos_frac_h", "bos_norm_ratio_h", "gamma1", "gamma2", "sink_margin",
                     "h1", "h2", "context_rank", "sink_span_distance", "mlp_like_frac"]  # fmt: skip
 HEAD_COLUMNS = ["layer", "head", "head_class", "sink_score", "hard_sink_frac", "hard_diag_frac", "ahon_ln",
                 "value_drain", "switch_off_frac", "switch_agreement", "smooth_b", "smooth_c", "smooth_dense_more",
-                "smooth_dcos_pred", "smooth_dcos_obs", "smooth_sign_agree"]  # fmt: skip
+                "smooth_dense_more_measured", "smooth_dcos_pred", "smooth_dcos_pred_measured", "smooth_dcos_obs",
+                "smooth_sign_agree"]  # fmt: skip
 WEIGHT_COLUMNS = ["layer", "head", "qk_sigma1", "qk_nuclear_over_frobenius", "qk_effective_rank", "qk_bos_alignment",
                   "qk_bos_gain", "vo_sigma1", "vo_nuclear_over_frobenius", "vo_effective_rank", "vo_bos_alignment",
                   "vo_bos_gain"]  # fmt: skip
+SINK_HEAD_HARD_FRAC = c.VALUE_DRAIN["sink_head_hard_frac"]
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Everything one model's verdicts are computed from: the analyze runs per corpus, the ablation curve, the
+    layer costs, the weight table, the per-window evidence per corpus, the certificates and the p̂/q̂ table."""
+
+    runs: dict
+    ablation: pd.DataFrame
+    costs: pd.DataFrame
+    weights: pd.DataFrame
+    evidence: dict[str, dict[str, np.ndarray]]
+    certificates: pd.DataFrame
+    alignment: pd.DataFrame
 
 
 def _columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return frame[[name for name in names if name in frame.columns]]
 
 
-def corpus_verdicts(model: str, corpus: str, run) -> list[c.Verdict]:
-    """Sections 1-3 on one analysed corpus (a `Run` with the smoothing columns)."""
-    layers, heads = run.layers, run.heads
-    nan_layers = [math.nan] * len(layers)
-    out = [
-        c.geometry_verdict(model, layers["bos_cos_nonpos_frac_z"], layers["bos_cos_max_z"]),
-        c.representability_verdict(model, layers["sink_margin"] if "sink_margin" in layers else nan_layers),
-    ]
-    smooth = run.meta.get("smoothing", {})
-    out.append(c.oversmoothing_verdict(model, smooth.get("frac_dense_more", math.nan),
-                                       smooth.get("frac_observed_rise", math.nan),
-                                       smooth.get("sign_agreement", math.nan), int(smooth.get("n_heads", 0))))  # fmt: skip
-    counts = [int(heads[f"switch_n_{k}"].sum()) for k in ("off_sink", "off_nosink", "on_sink", "on_nosink")]
-    out.append(c.switch_verdict(model, *counts))
-    sinks = heads["hard_sink_frac"] >= SINK_HEAD_HARD_FRAC
-    out.append(c.value_drain_verdict(model, heads.loc[sinks, "value_drain"], heads.loc[~sinks, "value_drain"]))
-    out.append(c.mlp_like_verdict(model, layers["mlp_like_frac"]))
+def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray], T: int, seed: int
+                    ) -> list[c.Verdict]:  # fmt: skip
+    """Sections 1–3 on one analysed corpus of windows of T tokens: geometry, oversmoothing, switch, value drain
+    and MLP-like layers from the per-window evidence (`arrays`) and the run's smoothing columns."""
+    heads = run.heads
+    out = [c.geometry_verdict(model, arrays["nonpos"], arrays["nonpos_control"], T - 1, seed)]
+    if "smooth_dense_more_measured" in heads and "smooth_dcos_obs" in heads:
+        smooth = heads.dropna(subset=["smooth_dcos_obs"])
+        out.append(c.oversmoothing_verdict(model, smooth["smooth_dense_more_measured"].astype(bool),
+                                           smooth["smooth_dcos_obs"] > 0, seed))  # fmt: skip
+    else:
+        out.append(c.Verdict("oversmoothing", model, c.NOT_MEASURABLE, reason="no smoothing columns"))
+    tau, delta = run.meta["config"]["tau"], run.meta["config"]["delta"]
+    out.append(c.switch_verdict(model, arrays["switch"], tau, delta, seed))
+    hard = arrays["hard_sink"][:, DELTA_SCALES.index(1.0)]  # (W, L, H) hard-sink counts at δ
+    head_frac = hard.sum(0) / (hard.shape[0] * (T - 1))  # (L, H)
+    group = head_frac.shape[1] // arrays["drain"].shape[2]
+    group_frac = head_frac.reshape(head_frac.shape[0], -1, group).max(-1).ravel()  # (L·KV,)
+    drains = arrays["drain"].reshape(arrays["drain"].shape[0], -1)  # (W, L·KV)
+    out.append(c.value_drain_verdict(model, drains, group_frac, seed))
+    out.append(c.mlp_like_verdict(model, arrays["mlp_like"][:, DELTA_SCALES.index(1.0)], T - 1, seed))
     return [replace(verdict, corpus=corpus) for verdict in out]
 
 
-def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame) -> list[c.Verdict]:
-    """Sink-like and dormant head sets against the random sets of the same size (`sinkscope.pipelines.ablate` curve)."""
+def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int
+                      ) -> list[c.Verdict]:  # fmt: skip
+    """Sink-like and dormant head sets against the random sets of the same size (`sinkscope.pipelines.ablate`)."""
     out = []
     for claim, selection, mode in (("sink_ablation", "highest-hard-sink", "zero"),
                                    ("sink_ablation_bos", "highest-hard-sink", "bos"),
@@ -61,83 +82,120 @@ def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd
             continue
         row = chosen.iloc[0]
         random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]
-        extra = {"mode": mode, "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]), "base_loss": float(row["base_loss"]),
-                 "delta_sem": float(row["delta_sem"]), "n_windows": int(row["n_windows"])}  # fmt: skip
+        extra = {"mode": mode, "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]),
+                 "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
+                 "n_windows": int(row["n_windows"])}  # fmt: skip
         if claim == "dormant_heads":
-            extra |= {"dormant_frac": float((heads["ahon_ln"] <= c.DORMANT_AHON_LN).mean()),
-                      "dormant_ahon_ln": c.DORMANT_AHON_LN}  # fmt: skip
-        verdict = c.ablation_verdict(claim, model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra)
+            extra["dormant_frac_by_ahon_ln"] = c.dormant_curve(heads["ahon_ln"])
+        verdict = c.ablation_verdict(claim, model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra,
+                                     seed)  # fmt: skip
         out.append(replace(verdict, corpus=corpus))
     return out
 
 
-def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame) -> c.Verdict:
+def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int) -> c.Verdict:
     wide = costs.pivot_table(index=["layer", "window"], columns="pattern", values="cost", aggfunc="first")
-    return replace(c.cost_real_verdict(model, wide["sink"].to_numpy(), wide["diagonal"].to_numpy()), corpus=corpus)
+    return replace(c.cost_real_verdict(model, wide["sink"].to_numpy(), wide["diagonal"].to_numpy(), seed),
+                   corpus=corpus)
 
 
-def weight_heads(weights: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
-    """The weight statistics joined with each head's class and sink scores (from the first corpus)."""
+def weight_heads(weights: pd.DataFrame, heads: pd.DataFrame, alignment: pd.DataFrame) -> pd.DataFrame:
+    """The weight statistics joined with each head's class and sink scores (first corpus) and its p̂/q̂ score."""
     info = _columns(heads, ["layer", "head", "head_class", "sink_score", "hard_sink_frac"])
     frame = _columns(weights, WEIGHT_COLUMNS).merge(info, on=["layer", "head"], how="left")
+    frame = frame.merge(alignment, on=["layer", "head"], how="left")
     return frame.assign(is_sink=frame["head_class"] == "sink")
 
 
-def weight_verdicts(model: str, corpus: str, table: pd.DataFrame) -> list[c.Verdict]:
-    """Sink heads (head class `sink`: mean sink score α > ε = 0.3, Gu et al.'s criterion) vs the others: W_QK
-    effective rank and BOS key gain. (Heads that are hard-sink on most queries are too few for a distribution:
-    16 of 270 in SmolLM2, 1 of 72 in Gemma-3.)"""
+def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int) -> list[c.Verdict]:
+    """Sink heads (head class `sink`: mean sink score α > ε = 0.3) vs the others: W_QK effective rank (all
+    layers), and the p̂/q̂ score over RoPE offsets (middle layers, where the certificates give p̂ and q̂)."""
     sinks = table["is_sink"]
+    aligned = table.dropna(subset=["qk_pq_score"]) if "qk_pq_score" in table else table.iloc[:0]
     return [
         replace(c.weights_verdict("weights_low_rank", model, table.loc[sinks, "qk_effective_rank"],
-                                  table.loc[~sinks, "qk_effective_rank"], sink_lower=True), corpus=corpus),
-        replace(c.weights_verdict("weights_bos_alignment", model, table.loc[sinks, "qk_bos_gain"],
-                                  table.loc[~sinks, "qk_bos_gain"], sink_lower=False), corpus=corpus),
+                                  table.loc[~sinks, "qk_effective_rank"], sink_lower=True, seed=seed), corpus=corpus),
+        replace(c.weights_verdict("weights_bos_alignment", model, aligned.loc[aligned["is_sink"], "qk_pq_score"],
+                                  aligned.loc[~aligned["is_sink"], "qk_pq_score"], sink_lower=False, seed=seed),
+                corpus=corpus),
     ]  # fmt: skip
 
 
-def anchor_rates(runs: dict) -> dict[str, float]:
-    """Gu et al.'s sink rate (the analysis summary's `sink_rate`) on natural, random and repeated tokens."""
-    names = {"builtin:prose": "natural", "builtin:random": "random", "builtin:repeat": "repeat"}
-    return {label: float(runs[corpus].meta["summary"]["sink_rate"]) for corpus, label in names.items() if corpus in runs}
+ANCHORS = {"builtin:prose": "natural", "builtin:random": "random", "builtin:repeat": "repeat"}
 
 
-def judge_model(
-    model: str, config: ReproduceConfig, runs: dict, ablation: pd.DataFrame, costs: pd.DataFrame,
-    weights: pd.DataFrame,
-) -> tuple[list[c.Verdict], dict[str, pd.DataFrame]]:  # fmt: skip
-    """Every per-model verdict, and the evidence tables: geometry (per corpus, layer), heads (first corpus),
-    weights (per head, with class), ablation, cost_layers, anchors."""
-    first = config.corpora[0]
+def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[list[c.Verdict], dict[str, pd.DataFrame]]:
+    """Every per-model verdict, and the evidence tables each links to: geometry (per corpus, layer), switch (per
+    corpus, τ and δ scale), value_drain (per corpus, KV group), certificates, heads (first corpus), weights,
+    ablation, cost_layers, anchors."""
+    first, seed, T = config.corpora[0], config.seed, config.seq_len
     verdicts = []
     for corpus in config.corpora:
-        verdicts += corpus_verdicts(model, corpus, runs[corpus])
-    heads = runs[first].heads
-    verdicts += ablation_verdicts(model, first, ablation, heads)
-    verdicts.append(cost_layers_verdict(model, first, costs))
-    weight_table = weight_heads(weights, heads)
-    verdicts += weight_verdicts(model, first, weight_table)
-    rates = anchor_rates(runs)
-    verdicts.append(replace(c.gu_sink_rate_verdict(model, rates), corpus="builtin:prose,random,repeat"))
-    geometry = pd.concat(
-        [_columns(runs[corpus].layers, GEOMETRY_COLUMNS).assign(corpus=corpus) for corpus in config.corpora],
-        ignore_index=True,
-    )
-    anchors = pd.DataFrame(
-        [{"corpus": corpus, "sink_rate": runs[corpus].meta["summary"]["sink_rate"],
-          "sink_rate_of_mean": runs[corpus].meta["summary"].get("sink_rate_of_mean"),
-          "mean_sink_score": runs[corpus].meta["summary"]["mean_sink_score"],
-          "windows": runs[corpus].meta["corpus"].get("windows")} for corpus in runs]
-    )  # fmt: skip
+        verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], T, seed)
+    heads = m.runs[first].heads
+    certificates = m.certificates.to_dict("records")
+    width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
+    verdicts.append(replace(c.representability_verdict(model, certificates, width), corpus=first))
+    verdicts += ablation_verdicts(model, first, m.ablation, heads, seed)
+    verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
+    weight_table = weight_heads(m.weights, heads, m.alignment)
+    verdicts += weight_verdicts(model, first, weight_table, seed)
+    scores = {label: m.evidence[corpus]["sink_column"] / T for corpus, label in ANCHORS.items() if corpus in m.evidence}
+    verdicts.append(replace(c.gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
     tables = {
-        "geometry": geometry,
+        "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus], T).assign(corpus=corpus)
+                               for corpus in config.corpora], ignore_index=True),  # fmt: skip
+        "switch": pd.concat([switch_table(m.evidence[corpus]).assign(corpus=corpus) for corpus in config.corpora],
+                            ignore_index=True),  # fmt: skip
+        "value_drain": pd.concat([drain_table(m.evidence[corpus], T).assign(corpus=corpus) for corpus in config.corpora],
+                                 ignore_index=True),  # fmt: skip
+        "certificates": m.certificates,
         "heads": _columns(heads, HEAD_COLUMNS),
         "weights": weight_table,
-        "ablation": ablation,
-        "cost_layers": costs,
-        "anchors": anchors,
+        "ablation": m.ablation,
+        "cost_layers": m.costs,
+        "anchors": pd.DataFrame(
+            [{"corpus": corpus, "sink_rate": m.runs[corpus].meta["summary"]["sink_rate"],
+              "sink_rate_of_mean": m.runs[corpus].meta["summary"].get("sink_rate_of_mean"),
+              "mean_sink_score": m.runs[corpus].meta["summary"]["mean_sink_score"],
+              "windows": m.runs[corpus].meta["corpus"].get("windows")} for corpus in m.runs]),  # fmt: skip
     }
     return verdicts, tables
+
+
+def geometry_table(run, arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
+    """The run's per-layer geometry columns with the per-window evidence's BOS and control non-positive
+    fractions (the numbers `geometry` and `mlp_like` are computed from)."""
+    W = arrays["nonpos"].shape[0]
+    frame = _columns(run.layers, GEOMETRY_COLUMNS).copy()
+    frame["nonpos_frac_bos"] = arrays["nonpos"].sum(0) / (W * (T - 1))
+    frame["nonpos_frac_control"] = arrays["nonpos_control"].sum(0) / (W * (T - 2))
+    frame["mlp_like_frac_windows"] = arrays["mlp_like"][:, DELTA_SCALES.index(1.0)].sum(0) / (W * (T - 1))
+    return frame
+
+
+def switch_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The pooled 2×2 switch table at every (δ, τ) scale the switch verdict reads."""
+    rows = []
+    for i, d_scale in enumerate(DELTA_SCALES):
+        for j, t_scale in enumerate(c.GRID):
+            cells = arrays["switch"][:, i, j].sum(0)
+            rows.append({"delta_scale": d_scale, "tau_scale": t_scale,
+                         **{f"n_{k}": int(v) for k, v in zip(("off_sink", "off_nosink", "on_sink", "on_nosink"),
+                                                               cells)}})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def drain_table(arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
+    """Per KV group: mean value drain over windows and the largest hard-sink fraction of its query heads."""
+    drain = arrays["drain"].mean(0)  # (L, KV)
+    hard = arrays["hard_sink"][:, DELTA_SCALES.index(1.0)]
+    head_frac = hard.sum(0) / (hard.shape[0] * (T - 1))  # (L, H)
+    group = head_frac.shape[1] // drain.shape[1]
+    group_frac = head_frac.reshape(head_frac.shape[0], -1, group).max(-1)
+    L, KV = drain.shape
+    return pd.DataFrame({"layer": np.repeat(np.arange(L), KV), "kv_head": np.tile(np.arange(KV), L),
+                         "value_drain": drain.ravel(), "max_hard_sink_frac": group_frac.ravel()})  # fmt: skip
 
 
 def fit_exponent(T: np.ndarray, cost: np.ndarray) -> float:

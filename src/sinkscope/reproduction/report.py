@@ -20,9 +20,10 @@ SECTIONS = (
     {
         "number": 1, "title": "Geometry of the BOS token", "figure": "geometry",
         "measurement": "Per layer, on the main corpora: the cosine between the BOS attention input z_0 and every "
-        "other token's z_t (mean, max, fraction ≤ 0), the same for the residual h, and the half-space "
-        "certificates γ1 = dist(0, conv{z_t}), γ2 = dist(z_0, conv{z_t}) on a capped sample of unit-normalised "
-        "inputs; γ1·γ2 > 0 means a sink is representable (`sinkscope analyze`, docs/theory/geometry.md).",
+        "other token's z_t (mean, max, fraction ≤ 0, per window; the same with a random context token in place of "
+        "BOS as the control), the same for the residual h, and the half-space certificates γ1 = dist(0, conv{z_t}), "
+        "γ2 = dist(z_0, conv{z_t}) of the middle layers on every context token of enough windows to exceed the "
+        "model width, with random context tokens' γ2 as the control (docs/theory/geometry.md).",
     },
     {
         "number": 2, "title": "Oversmoothing", "figure": "smoothing",
@@ -33,9 +34,9 @@ SECTIONS = (
     },
     {
         "number": 3, "title": "Hard switch ⇔ sink", "figure": "ablation",
-        "measurement": "Per query and head: switched off (‖o_t‖ ≤ 0.1 · mean ‖v_j‖) × hard sink (A[t,0] ≥ 0.9), "
-        "pooled over heads; value drain ‖v_0‖ / mean ‖v_j‖ on heads that are hard-sink on ≥ half of their "
-        "queries; the MLP-like fraction of each layer; loss change when the most sink-like heads are zeroed, or "
+        "measurement": "Per query and head: switched off (‖o_t‖ ≤ 0.1 · mean_{j≤t} ‖v_j‖, the keys the query "
+        "sees) × hard sink (A[t,0] ≥ 0.9), pooled over heads, per window; value drain ‖v_0‖ / mean ‖v_j‖ per "
+        "key/value group, groups with a hard-sink head vs the others; the MLP-like fraction of each layer; loss change when the most sink-like heads are zeroed, or "
         "their attention is moved to BOS, vs random heads of the same number (`sinkscope ablate`, modes zero "
         "and bos).",
     },
@@ -51,7 +52,9 @@ SECTIONS = (
         "scaling folded in) at relative offset 0 — with RoPE the score at offset Δ is W_Q R(Δ) W_Kᵀ, so offset 0 "
         "is the only position-free form — and of W_VO = W_V W_O; effective rank exp(H(σ/Σσ)), ‖·‖_*/‖·‖_F, and "
         "how the layer's BOS input z_0 meets the form: gain ‖W ẑ_0ᵀ‖/σ₁ on the key side of W_QK (1: along the "
-        "top key direction), ‖ẑ_0 W‖/σ₁ on the input side of W_VO. Sink heads: head class sink (mean sink score > 0.3).",
+        "top key direction), ‖ẑ_0 W‖/σ₁ on the input side of W_VO; and the theory's rank-1 reading p̂ W_QK(Δ) q̂ᵀ/σ₁ "
+        "(p̂, q̂ the layer's certificate directions) averaged over the RoPE offsets Δ = 1 … T−1 at which queries "
+        "score the BOS key. Sink heads: head class sink (mean sink score > 0.3).",
     },
     {
         "number": 6, "title": "Anchors from earlier work", "figure": "anchors",
@@ -81,34 +84,64 @@ def _figures(evidence: dict[str, dict], theory: pd.DataFrame) -> dict[str, bytes
     }
 
 
+def _number(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def _evidence_text(evidence: dict) -> str:
-    """A short `key=value` line of the scalar evidence (lists are in the tables)."""
+    """A short `key = value` line of the scalar evidence (lists are in the linked tables)."""
     parts = []
     for key, value in evidence.items():
-        if isinstance(value, float):
-            parts.append(f"{key}={value:.4g}")
-        elif isinstance(value, (int, str, bool)) or value is None:
-            parts.append(f"{key}={value}")
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            parts.append(f"{key} = {_number(value)}")
         elif isinstance(value, dict):
-            parts.append(f"{key}=" + "{" + ", ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}"
-                                                     for k, v in value.items()) + "}")  # fmt: skip
+            inner = ", ".join(f"{k}: {_number(v)}" for k, v in value.items() if not isinstance(v, (list, dict)))
+            parts.append(f"{key} = {{{inner}}}")
     return "; ".join(parts)
 
 
+def interval_text(interval: dict | None, evidence: dict) -> str:
+    """'effect 0.51 [0.32, 0.95] (95 %, 8 random draws)', or why there is none."""
+    if not interval:
+        return evidence.get("interval_note") or "–"
+    estimate, low, high = (interval.get(k) for k in ("estimate", "low", "high"))
+    if estimate is None:
+        return f"{interval['effect']}: undefined"
+    bounds = f" [{_number(low)}, {_number(high)}]" if low is not None and high is not None else ""
+    return f"{interval['effect']} {_number(estimate)}{bounds} ({interval['level']:.0%}, {interval['n']} {interval['over']})"
+
+
+def sensitivity_text(sensitivity: list[dict]) -> str:
+    """'δ ×½ → partly · δ ×2 → supported', one entry per threshold and scale, changes first."""
+    return " · ".join(f"{r['threshold']} ×{'½' if r['scale'] == 0.5 else '2'} → {r['verdict']}" for r in sensitivity)
+
+
 def section_data(summary: dict) -> list[dict]:
-    """Sections with their claims, each claim with its verdict rows (model, corpus, verdict, evidence)."""
+    """Sections with their claims (the paper's words, test, why, control, linked table), each claim with its
+    verdict rows (model, corpus, verdict, reason, interval, sensitivity, evidence, thresholds) as plain text."""
     out = []
     for section in SECTIONS:
         claims = []
-        for claim, (number, text) in CLAIMS.items():
-            if number != section["number"]:
+        for claim, spec in CLAIMS.items():
+            if spec.section != section["number"]:
                 continue
-            rows = [v | {"evidence_text": _evidence_text(v["evidence"])} for v in summary["verdicts"]
-                    if v["claim"] == claim]  # fmt: skip
-            thresholds = rows[0]["thresholds"] if rows else {}
-            claims.append({"id": claim, "text": text, "rows": rows, "thresholds": json.dumps(thresholds)})
+            rows = [v | {"evidence_text": _evidence_text(v["evidence"]),
+                         "interval_text": interval_text(v.get("interval"), v["evidence"]),
+                         "sensitivity_text": sensitivity_text(v.get("sensitivity") or []),
+                         "thresholds_text": ", ".join(f"{k} = {_number(x)}" for k, x in v["thresholds"].items())}
+                    for v in summary["verdicts"] if v["claim"] == claim]  # fmt: skip
+            claims.append({"id": claim, "paper_claim": spec.paper_claim, "test": spec.test, "why": spec.why,
+                           "control": spec.control, "table": f"tables/{spec.table}.csv", "rows": rows})  # fmt: skip
         out.append(section | {"claims": claims})
     return out
+
+
+def model_note(models: list[str]) -> str:
+    """What the embedded models are (quantised builds, not the original checkpoints), for the page header."""
+    from sinkscope.models.load import EMBEDDED
+
+    builds = [f"{name}: {EMBEDDED[name].build}" for name in models if name in EMBEDDED]
+    return "; ".join(builds)
 
 
 def write_tables(
@@ -117,7 +150,8 @@ def write_tables(
     """tables/NAME.csv: each evidence table over models (a `model` column first), cost_theory.csv and, when the
     regime map ran, regime_cells.csv."""
     names = []
-    for name in ("geometry", "heads", "weights", "ablation", "cost_layers", "anchors"):
+    for name in ("geometry", "switch", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
+                 "anchors"):
         frames = [tables[name].assign(model=model) for model, tables in evidence.items() if name in tables]
         if frames:
             frame = pd.concat(frames, ignore_index=True)
@@ -149,6 +183,7 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
         "figures": {name: base64.b64encode(png).decode() for name, png in figures.items()},
         "regime_reason": regimes.get("reason", ""),
         "n_reused": sum(len(labels) for labels in summary["reused"].values()),
+        "model_note": model_note(summary["config"]["models"]),
     }
     for name, template in (("report.md", "reproduce.md.j2"), ("report.html", "reproduce.html.j2")):
         (out / name).write_text(render_page(template, **context), encoding="utf-8")

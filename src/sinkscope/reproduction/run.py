@@ -8,6 +8,9 @@ section whose key matches is read back instead of recomputed, so a rerun only do
     MODEL/ablate-bos/       `sinkscope ablate --mode bos` (sink-like heads vs random heads, attention moved to BOS)
     MODEL/cost-layers/      exact sink/diagonal costs on the model's attention inputs
     MODEL/weights/          spectra of W_QK and W_VO per head
+    MODEL/evidence-CORPUS/  per-window sums for the bootstrap intervals (3 passes: δ × ½, 1, 2; anchors 1)
+    MODEL/certificates/     half-space certificates of the middle layers on every context token, with random-
+                            token controls, and the p̂/q̂ alignment of each head's W_QK over RoPE offsets
     theory/cost/            closed forms over T and exact programs on orthonormal embeddings
     regimes/                bigram-backcopy regime runs (when available)
     tables/*.csv, verdicts.json, report.md, report.html
@@ -25,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sinkscope.reproduction.claims import Verdict
 from sinkscope.reproduction.config import ANCHOR_CORPORA, ReproduceConfig
+from sinkscope.reproduction.evidence import DELTA_SCALES
 from sinkscope.reproduction.files import KEY_FILE, is_fresh, log, swapped_directory, write_key
 
 
@@ -119,6 +122,51 @@ class ModelSections:
 
         label = f"ablate{'' if mode == 'zero' else f' ({mode})'} {c.ablation_fraction:g} of heads ({c.ablation_windows} windows)"
         return pd.read_parquet(self.section(label, directory, key, compute) / "ablation.parquet")
+
+    def evidence(self, corpus: str, delta_scales: tuple[float, ...]) -> dict[str, np.ndarray]:
+        """Per-window sums of `corpus` for the bootstrap intervals (`reproduction.evidence.window_evidence`)."""
+        c = self.config
+        n_windows = c.windows if corpus in c.corpora else c.anchor_windows
+        key = {"section": "evidence", "model": self.name, "corpus": corpus, "seq_len": c.seq_len, "windows": n_windows,
+               "delta_scales": list(delta_scales), "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
+        directory = self.out / f"evidence-{slug(corpus)}"
+
+        def compute(target: Path) -> None:
+            from sinkscope.reproduction.evidence import window_evidence
+
+            arrays = window_evidence(self.lm, corpus, c.seq_len, n_windows, c.seed, delta_scales=delta_scales)
+            with swapped_directory(target) as staging:
+                np.savez(staging / "evidence.npz", **arrays)
+
+        label = f"per-window evidence {corpus} ({n_windows} windows, {len(delta_scales)} pass(es))"
+        with np.load(self.section(label, directory, key, compute) / "evidence.npz") as data:
+            return {name: data[name] for name in data.files}
+
+    def certificates(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Half-space certificates of the middle layers on every context token of `certificate_windows` windows
+        with random-token controls, and the p̂/q̂ weight alignment per head (`reproduction.evidence`)."""
+        from sinkscope.reproduction.claims import middle_layers
+
+        c = self.config
+        key = {"section": "certificates", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+               "windows": c.certificate_windows, "controls": c.certificate_controls, "seed": c.seed,
+               "dtype": c.dtype, "version": 1}  # fmt: skip
+        directory = self.out / "certificates"
+
+        def compute(target: Path) -> None:
+            from sinkscope.reproduction.evidence import certificate_layers, pq_alignment
+
+            lm = self.lm
+            table, directions = certificate_layers(lm, c.corpora[0], c.seq_len, c.certificate_windows,
+                                                   middle_layers(len(lm.layers)), c.certificate_controls, c.seed)  # fmt: skip
+            alignment = pq_alignment(lm, directions, c.seq_len)
+            with swapped_directory(target) as staging:
+                table.assign(width=lm.layout.d_model).to_parquet(staging / "certificates.parquet", index=False)
+                alignment.to_parquet(staging / "pq_alignment.parquet", index=False)
+
+        label = f"certificates of the middle layers ({c.certificate_windows} windows, {c.certificate_controls} controls)"
+        directory = self.section(label, directory, key, compute)
+        return pd.read_parquet(directory / "certificates.parquet"), pd.read_parquet(directory / "pq_alignment.parquet")
 
     def cost_layers(self) -> pd.DataFrame:
         """Exact nuclear-norm sink and diagonal costs (SPEC §6) on unit-normalised attention inputs of real
@@ -217,7 +265,8 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     Returns `{"verdicts": [Verdict.to_dict()...], "seconds": ..., "reused": {model: [sections]}}`.
     """
     from sinkscope.corpus.sources import check_source
-    from sinkscope.reproduction.judge import judge_model, judge_theory
+    from sinkscope.reproduction.claims import with_claim_text
+    from sinkscope.reproduction.judge import Measurements, judge_model, judge_theory
     from sinkscope.reproduction.regimes import regime_runs
     from sinkscope.reproduction.report import write_reports
 
@@ -227,7 +276,7 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     theory = cost_theory(config, out)
-    verdicts: list[Verdict] = []
+    verdicts: list = []
     evidence: dict[str, dict] = {}
     reused: dict[str, list[str]] = {}
     seconds: dict[str, dict[str, float]] = {}
@@ -244,7 +293,11 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
                              ignore_index=True)  # fmt: skip
         costs = sections.cost_layers()
         weights = sections.weights()
-        model_verdicts, tables = judge_model(name, config, runs, ablation, costs, weights)
+        evidence_arrays = {corpus: sections.evidence(corpus, DELTA_SCALES if corpus in config.corpora else (1.0,))
+                           for corpus in runs}  # fmt: skip
+        certificates, alignment = sections.certificates()
+        measured = Measurements(runs, ablation, costs, weights, evidence_arrays, certificates, alignment)
+        model_verdicts, tables = judge_model(name, config, measured)
         verdicts.extend(model_verdicts)
         evidence[name] = tables
         reused[name], seconds[name] = sections.reused, sections.seconds
@@ -252,7 +305,7 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     verdicts = [*judge_theory(theory, regimes), *verdicts]
     summary = {
         "config": config.to_dict(),
-        "verdicts": [v.to_dict() for v in verdicts],
+        "verdicts": [with_claim_text(v.to_dict()) for v in verdicts],
         "seconds": time.perf_counter() - started,  # measurements and judging; the reports follow
         "section_seconds": seconds,
         "reused": reused,

@@ -251,3 +251,13 @@ def layer_geometry(
         if on_layer is not None:
             on_layer(int(layer))
     return pd.DataFrame(rows)
+
+
+def control_separations(contexts: np.ndarray, n_control: int, seed: int = 0) -> np.ndarray:
+    """γ₂ of random context tokens: `dist(z_r, conv{z_j : j ≠ r})` for `n_control` distinct r (seeded), 0 when
+    z_r lies in the others' hull. The control of the representability test: with fewer context tokens than
+    dimensions every token is a vertex of the others' hull and passes (H2), so BOS's γ₂ only means something
+    beside these. contexts: (N, d) → (n_control,)."""
+    contexts = np.asarray(contexts, dtype=np.float64)
+    picks = np.random.default_rng(seed).choice(contexts.shape[0], min(n_control, contexts.shape[0]), replace=False)
+    return np.array([_hull_condition(np.delete(contexts, r, axis=0), contexts[r])[1] for r in picks])
