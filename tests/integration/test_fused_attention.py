@@ -104,17 +104,25 @@ FAMILIES = {  # name -> layers expected on the rows path by default and on the f
 
 def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, monkeypatch):
     """The analysis by the default routing (these short windows take the rows path wherever it is exact), with the
-    fused path forced (`ROWS_UP_TO_SEQ_LEN` 0) and with the block path forced; layer calls of each path counted."""
-    calls = {"row_attention": 0, "fused_attention": 0}
+    fused path forced (`ROWS_UP_TO_SEQ_LEN` 0), with CUDA's flex path forced (eager flex_attention on the CPU)
+    and with the block path forced; layer calls of each path counted."""
+    calls = {"row_attention": 0, "fused_attention": 0, "flex_rows": 0}
     runs = {}
     for path, limit in (("default", attention.ROWS_UP_TO_SEQ_LEN), ("fused", 0)):
         with monkeypatch.context() as patch:
             patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", limit)
-            for name in calls:
+            for name in ("row_attention", "fused_attention"):
                 original = getattr(attention, name)
                 patch.setattr(attention, name, lambda *a, _n=name, _f=original: calls.__setitem__(_n, calls[_n] + 1)
                               or _f(*a))
             runs[path] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
+    with monkeypatch.context() as patch:
+        route = attention.attention_path
+        patch.setattr(attention, "attention_path", lambda *a: "blocks" if route(*a) == "blocks" else "flex")
+        flex_rows = attention.flex.flex_rows
+        patch.setattr(attention.flex, "flex_rows", lambda *a: calls.__setitem__("flex_rows", calls["flex_rows"] + 1)
+                      or flex_rows(*a))
+        runs["flex"] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
         patch.setattr(attention, "attention_path", lambda *a: "blocks")
         runs["blocked"] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
@@ -128,8 +136,9 @@ def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     epsilon = 0.25
     config = AnalyzeConfig(epsilon=epsilon, delta=0.5, geometry_cap=0)
     runs, calls = run_three_paths(lm, ids, config, monkeypatch)
-    # layers × batches (10 windows in batches of 4), once by default (rows) and once forced (fused)
-    assert calls == {"row_attention": FAMILIES[name] * 3, "fused_attention": FAMILIES[name] * 3}
+    # layers × batches (10 windows in batches of 4), once by default (rows) and once forced (fused, flex)
+    assert calls == {"row_attention": FAMILIES[name] * 3, "fused_attention": FAMILIES[name] * 3,
+                     "flex_rows": FAMILIES[name] * 3}
     ref, _ = reference(lm, ids, config.delta, config.tau)
     att = torch.stack(lm.base(input_ids=ids, output_attentions=True, use_cache=False).attentions).double()
     L, N, H = att.shape[:3]
@@ -158,20 +167,29 @@ def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     assert ref["hard_sink_frac"].max() > 0  # the thresholds were exercised (ε on tokens too, but by Gemma's QK-norm)
     assert table["sink_frac"].max() > 0 or name == "gemma3-wide"
     numeric = runs["default"].heads.select_dtypes("number").columns
-    for path in ("fused", "blocked"):
+    for path in ("fused", "flex", "blocked"):
         pd.testing.assert_frame_equal(runs["default"].heads[numeric], runs[path].heads[numeric], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_takes_the_rows_path_and_equals_the_cpu_run():
+@pytest.mark.parametrize("path", ["flex", "rows", "blocks"])
+def test_cuda_paths_equal_the_cpu_run(path, monkeypatch):
+    """On CUDA the compiled flex path (the default there), the rows path and the block path (device-sized blocks)
+    each give the CPU run's tables; geometry included, whose sample is gathered on the device."""
     ids = token_windows(4)
-    config = AnalyzeConfig(geometry_cap=0)
+    config = AnalyzeConfig(geometry_cap=16)
     cpu = analyze(build("llama", attn="sdpa"), TokenWindows(ids), config, progress=False)
     lm = build("llama", attn="sdpa")
     lm.model.to("cuda")
+    taken = []
+    route = attention.attention_path
+    monkeypatch.setattr(attention, "attention_path", lambda *a: taken.append(route(*a)) or path)
     gpu = analyze(lm, TokenWindows(ids), config, progress=False)
-    numeric = cpu.heads.select_dtypes("number").columns
-    pd.testing.assert_frame_equal(cpu.heads[numeric], gpu.heads[numeric], atol=1e-5, rtol=1e-5)
+    assert set(taken) == {"flex"} and not attention._flex_failed
+    for table in ("heads", "layers"):
+        numeric = getattr(cpu, table).select_dtypes("number").columns
+        pd.testing.assert_frame_equal(getattr(cpu, table)[numeric], getattr(gpu, table)[numeric], atol=1e-5,
+                                      rtol=1e-4)
 
 
 def test_routing_rows_up_to_the_threshold_then_fused_where_exact():
@@ -186,3 +204,21 @@ def test_routing_rows_up_to_the_threshold_then_fused_where_exact():
     assert route(q, torch.zeros(1, 1, limit + 1, 4), None, None) == "rows"  # unequal head sizes: no flash kernel
     assert route(q[..., :16, :], q[..., :16, :], torch.ones(1, 1, 16, 16, dtype=torch.bool), None) == "blocks"
     assert route(q[..., :16, :], q[..., :16, :], None, 30.0) == "blocks"
+
+
+def test_routing_on_cuda_takes_the_flex_path_for_plain_causal_attention(monkeypatch):
+    """On CUDA plain causal attention takes the flex path at every length; masks and softcaps the block path; after
+    a failed flex compilation the rows path (device tensors stood in for by objects with a CUDA device)."""
+    from types import SimpleNamespace
+
+    def cuda(length: int) -> SimpleNamespace:
+        return SimpleNamespace(shape=(1, 1, length, 8), device=torch.device("cuda", 0))
+
+    route = attention.attention_path
+    for length in (16, 1024, attention.ROWS_UP_TO_SEQ_LEN + 1, 32768):
+        assert route(cuda(length), cuda(length), None, None) == "flex"
+    assert route(cuda(16), cuda(16), torch.ones(1, 1, 16, 16, dtype=torch.bool), None) == "blocks"
+    assert route(cuda(16), cuda(16), None, 50.0) == "blocks"
+    monkeypatch.setattr(attention, "_flex_failed", True)
+    assert route(cuda(32768), cuda(32768), None, None) == "rows"
+

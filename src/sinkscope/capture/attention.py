@@ -29,13 +29,19 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from sinkscope.capture import flex
+from sinkscope.capture.layer_rows import LayerRows
 from sinkscope.errors import SinkscopeError
 from sinkscope.stats.patterns import entropy_weights
 
 NAME = "sinkscope"
-# Elements of one (B, H, Q, K) block of logits (4 MB in float32): small enough to stay near the cache, large
-# enough for the q·kᵀ product to run at matrix speed.
+# Elements of one (B, H, Q, K) block of logits on the CPU (4 MB in float32): small enough to stay near the cache,
+# large enough for the q·kᵀ product to run at matrix speed.
 BLOCK_ELEMENTS = 1 << 20
+# On an accelerator a block should fill the device: 256 MB of float32 logits (and as much again for their
+# softmax) keeps a block to tens of kernel launches per layer instead of one query row per block, and stays
+# well inside the 2× of the forward pass's own activation memory at the lengths analysed.
+DEVICE_BLOCK_ELEMENTS = 1 << 26
 
 # Plain causal windows of at most this many tokens take the rows path, longer ones the two flash-kernel calls of
 # the fused path: the rows path was faster up to T = 8192 and the fused path at T = 16384 (SmolLM2's attention
@@ -45,23 +51,6 @@ ROWS_UP_TO_SEQ_LEN = 8192
 BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 """`observer(layer, q_start, probs (B,H,Q,K), entropy (B,H,Q) nats, out (B,H,Q,Dv))` for every block."""
 
-
-
-@dataclass(frozen=True)
-class LayerRows:
-    """What the statistics of SPEC §2–§3 need from one layer's attention over a batch, without the map.
-
-    `sink`, `diag`, `prev`: `A[t,0]`, `A[t,t]`, `A[t,t-1]` (0 at t = 0), (B, H, T) float32; `columns`:
-    `c_k = Σ_{t≥k} A[t,k]`, (B, H, T) float64; `entropy`: `Σ_{t≥1} H(A[t,:]) / log(t+1)` in nats, (B, H) float64;
-    `out_norms`: `||o_t||` of each head's output before the output projection, (B, H, T) float32.
-    """
-
-    sink: Tensor
-    diag: Tensor
-    prev: Tensor
-    columns: Tensor
-    entropy: Tensor
-    out_norms: Tensor
 
 
 LayerObserver = Callable[[int, LayerRows], None]
@@ -79,9 +68,14 @@ class _Watch:
 _watched: dict[int, _Watch] = {}
 
 
-def block_rows(batch: int, heads: int, seq_len: int) -> int:
-    """Queries per block so that one block of logits holds about `BLOCK_ELEMENTS` numbers."""
-    return max(1, min(seq_len, BLOCK_ELEMENTS // max(1, batch * heads * seq_len)))
+def block_elements(device: torch.device) -> int:
+    """The block budget of `device`: `BLOCK_ELEMENTS` on the CPU, `DEVICE_BLOCK_ELEMENTS` elsewhere."""
+    return BLOCK_ELEMENTS if device.type == "cpu" else DEVICE_BLOCK_ELEMENTS
+
+
+def block_rows(batch: int, heads: int, seq_len: int, elements: int = BLOCK_ELEMENTS) -> int:
+    """Queries per block so that one block of logits holds about `elements` numbers (at least one row)."""
+    return max(1, min(seq_len, elements // max(1, batch * heads * seq_len)))
 
 
 def blocked_attention(
@@ -104,13 +98,14 @@ def blocked_attention(
     KV, Dv = key.shape[1], value.shape[-1]
     group = H // KV
     out = torch.empty(B, T, H, Dv, dtype=query.dtype, device=query.device)
-    step = block_rows(B, H, T)
+    step = block_rows(B, H, T, block_elements(query.device))
     floor = torch.finfo(torch.float32).min
+    keys, values = key.float(), value.float()  # once per layer, not per block
     for start in range(0, T, step):
         stop = min(T, start + step)
         Q = stop - start
         q = query[:, :, start:stop].float().reshape(B, KV, group * Q, D)  # heads of a group side by side
-        k = key[:, :, :stop].float()  # keys after the last query are causally masked: skip them
+        k = keys[:, :, :stop]  # keys after the last query are causally masked: skip them
         logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scaling).view(B, H, Q, stop)
         if softcap is not None:
             logits = torch.tanh(logits / softcap).mul_(softcap)
@@ -128,24 +123,34 @@ def blocked_attention(
         probs.div_(total)
         # Row entropy H = log Z - Σ_j p_j s'_j (masked s' is the float32 floor, where p = 0 adds nothing).
         entropy = total.squeeze(-1).log() - torch.einsum("...k,...k->...", probs, logits)
-        block = torch.matmul(probs.view(B, KV, group * Q, stop), value[:, :, :stop].float())
+        block = torch.matmul(probs.view(B, KV, group * Q, stop), values[:, :, :stop])
         block = block.view(B, H, Q, Dv)
         on_block(start, probs, entropy, block)
         out[:, start:stop] = block.transpose(1, 2).to(out.dtype)
     return out
 
 
+def host_reads_are_cheap(device: torch.device) -> bool:
+    """Whether reading a value of `device` on the host costs nothing (the CPU) or stalls the device (the rest)."""
+    return device.type == "cpu"
+
+
 def attention_path(query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None) -> str:
-    """Which path computes this call exactly and fastest: "rows", "fused" or "blocks".
+    """Which path computes this call exactly and fastest: "flex", "rows", "fused" or "blocks".
 
     Plain causal attention (transformers' sdpa mask function returns no mask then: no padding, no sliding window
-    shorter than T) without a logit softcap takes the fused path beyond `ROWS_UP_TO_SEQ_LEN` tokens where that
-    is exact (on the CPU, equal q and v head sizes, as the CPU flash kernel needs) and the rows path otherwise;
-    everything else takes the block path."""
+    shorter than T) without a logit softcap takes, on CUDA, the compiled flex path (`capture.flex`) where this
+    torch has it; on the CPU the fused path beyond `ROWS_UP_TO_SEQ_LEN` tokens where that is exact (equal q and
+    v head sizes, as the CPU flash kernel needs); the rows path otherwise. Everything else takes the block path."""
     if attention_mask is not None or softcap is not None:
         return "blocks"
+    if query.device.type == "cuda" and flex.available() and not _flex_failed:
+        return "flex"
     flash_ok = query.shape[-1] == value.shape[-1] and query.device.type == "cpu" and value.device.type == "cpu"
     return "fused" if flash_ok and query.shape[-2] > ROWS_UP_TO_SEQ_LEN else "rows"
+
+
+_flex_failed = False  # set once when the compiled flex kernels cannot run in this process
 
 
 def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
@@ -157,7 +162,8 @@ def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> 
     column sums gather `c_k += Σ_t P[t,k]`, and the entropy is `H_t = lse_t − Σ_j P[t,j] S[t,j]` with
     `lse_t = S[t,j] − log P[t,j]`, exact for any j with `P[t,j] > 0`; j is whichever of 0 and t has the larger
     probability (its logarithm is then well conditioned), and a block where both are below `1e-30` in some row
-    takes `lse = logsumexp(S)` instead.
+    takes `lse = logsumexp(S)` instead. Off the CPU every block takes `logsumexp` (an extra pass over a block in
+    device memory costs less than reading a flag on the host, which would stall the device once per block).
     """
     B, H, T, D = query.shape
     KV, Dv = key.shape[1], value.shape[-1]
@@ -170,7 +176,8 @@ def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> 
     entropy = torch.zeros(B, H, dtype=torch.float64, device=query.device)
     weights = entropy_weights(0, T, query.device)
     floor = torch.finfo(torch.float32).min  # not −inf: P·S must stay 0 (not NaN) where P = 0
-    step = block_rows(B, H, T)
+    step = block_rows(B, H, T, block_elements(query.device))
+    host_reads_cheap = host_reads_are_cheap(query.device)
     above = torch.ones(step, step, dtype=torch.bool, device=query.device).triu(1)  # the corner's masked part
     for start in range(0, T, step):
         stop = min(T, start + step)
@@ -189,7 +196,7 @@ def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> 
         columns[..., :stop] += probs.sum(-2)
         use_sink = p_sink >= p_diag
         best = torch.where(use_sink, p_sink, p_diag)
-        if bool((best < 1e-30).any()):
+        if not host_reads_cheap or bool((best < 1e-30).any()):
             lse = torch.logsumexp(logits, -1)
         else:
             best_logit = torch.where(use_sink, logits[..., 0], corner.diagonal(dim1=-2, dim2=-1))
@@ -258,6 +265,22 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -
     return out.transpose(1, 2).to(query.dtype).contiguous(), rows
 
 
+def _layer_rows(path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
+    """Output and `LayerRows` by `path` ("flex", "rows" or "fused"); where the compiled flex kernels cannot run
+    here (no Triton, an unsupported head size), one warning and the rows path for the rest of the process."""
+    global _flex_failed
+    if path == "flex":
+        try:
+            return flex.flex_rows(query, key, value, scaling)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # compilation errors come in many types (dynamo, inductor, Triton)
+            _flex_failed = True
+            flex.warn_fallback(error)
+            path = "rows"
+    return (row_attention if path == "rows" else fused_attention)(query, key, value, scaling)
+
+
 def sinkscope_attention(
     module: torch.nn.Module,
     query: Tensor,
@@ -282,7 +305,7 @@ def sinkscope_attention(
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     path = attention_path(query, value, attention_mask, softcap) if watch.on_layer is not None else "blocks"
     if path != "blocks":
-        out, rows = (row_attention if path == "rows" else fused_attention)(query, key, value, scaling)
+        out, rows = _layer_rows(path, query, key, value, scaling)
         watch.on_layer(watch.layer, rows)
         return out, None
     layer, observer = watch.layer, watch.on_block

@@ -5,7 +5,8 @@ attention (`capture.attention`: blocks of probabilities, or the `LayerRows` of t
 where a statistic asks for them, the attention outputs (`capture.outputs`). The feed turns the attention into the events of
 `statistics.statistic` once for all statistics — per-head row sums and hard-pattern masks (`Rows`), and after a
 layer's last block its per-window column sums (`Columns`, kept for the current batch and layer only) — and
-checks each block for non-finite values. `state_dict`, `load_state_dict` and `all_reduce` cover every statistic.
+checks each block for non-finite values: on the device, read once per batch (a host read per layer would stall an
+accelerator 30 times a forward pass). `state_dict`, `load_state_dict` and `all_reduce` cover every statistic.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch import Tensor
 
-from sinkscope.capture.attention import LayerRows, watch_attention
+from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.layer_inputs import layer_input_hooks
+from sinkscope.capture.layer_rows import LayerRows
 from sinkscope.capture.outputs import attention_output_hooks
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
@@ -56,6 +58,7 @@ class Feed:
         self._count = 0
         self._columns: dict[int, Tensor] = {}
         self._diagonal: dict[int, Tensor] = {}
+        self._finite: list[tuple[int, Tensor]] = []  # (layer, per-window finiteness) of the batch, on the device
         self._in_batch = False
 
     @property
@@ -93,6 +96,7 @@ class Feed:
             statistic.begin_batch(ids, window_ids)
 
     def end_batch(self, batch_size: int) -> None:
+        self._raise_if_not_finite()
         self._windows.add(torch.tensor(float(batch_size)))
         self._count += batch_size
         self._in_batch = False
@@ -156,12 +160,22 @@ class Feed:
             statistic.on_post_norm_output(layer, update)
 
     def _check_finite(self, layer: int, window_sums: Tensor) -> None:
-        """NaN and ±inf survive a sum, so one sum (B,) per window checks a whole block or layer cheaply."""
-        finite = torch.isfinite(window_sums)
-        if not finite.all():
-            bad = (~finite).nonzero().flatten().tolist()
+        """NaN and ±inf survive a sum, so one sum (B,) per window checks a whole block or layer cheaply; the flags
+        stay on the device until `end_batch`."""
+        self._finite.append((layer, torch.isfinite(window_sums)))
+
+    def _raise_if_not_finite(self) -> None:
+        """One host read per batch: the first window and layer (in forward order) with a non-finite value."""
+        if not self._finite:
+            return
+        layers = [layer for layer, _ in self._finite]
+        finite = torch.stack([flags for _, flags in self._finite])  # (checks, B)
+        self._finite.clear()
+        if not bool(finite.all()):
+            check, window = (~finite).nonzero()[0].tolist()
+            layer = layers[check]
             rank, world = self.shard
-            first = rank + world * (self.windows + bad[0])
+            first = rank + world * (self.windows + window)
             hint = "check the model's weights" if self.dtype_name == "float32" else "rerun with --dtype float32"
             raise SinkscopeError(
                 f"window {first} gave non-finite attention in layer {layer} (NaN or overflow in "

@@ -23,20 +23,33 @@ class HalfSpaceCertificates(Statistic):
         self.cap, self.seed, self.progress = cap, seed, progress
         self.sample = self.add_state("sample", PrioritySample(cap))
         self.sink_inputs = self.add_state("sink_inputs", FirstValue())
-        self._window_ids = torch.empty(0, dtype=torch.long)
+        self._candidates: tuple[Tensor, Tensor, Tensor] | None = None  # priorities, windows, positions
+        self._pending: dict[int, tuple[Tensor, Tensor]] = {}  # layer -> (z_0, candidate rows), on the device
 
     def begin_batch(self, ids: Tensor, window_ids: Tensor) -> None:
-        self._window_ids = window_ids.cpu()
+        """Draw the batch's priorities (on the CPU, seeded per window) and keep only its `cap` smallest: no other
+        token of the batch can enter the sample, so only those rows are ever gathered from the device."""
+        positions = ids.shape[1] - 1
+        priorities = torch.cat([
+            torch.rand(positions, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + int(w)))
+            for w in window_ids.cpu()
+        ])  # fmt: skip
+        keep = priorities.topk(min(self.cap, len(priorities)), largest=False).indices
+        device = ids.device
+        self._candidates = (priorities[keep], (keep // positions).to(device), (keep % positions + 1).to(device))
 
     def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
-        self.sink_inputs.offer(layer, z[0, 0].float())
-        rows = z[:, 1:].detach().float().reshape(-1, z.shape[-1]).cpu()
-        rows = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        priorities = torch.cat([
-            torch.rand(z.shape[1] - 1, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + int(w)))
-            for w in self._window_ids
-        ])  # fmt: skip
-        self.sample.offer(layer, priorities, rows)
+        _, windows, positions = self._candidates
+        rows = z[windows, positions].detach().float()
+        self._pending[layer] = (z[0, 0].detach().float(), rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-30))
+
+    def end_batch(self, batch_size: int) -> None:
+        """Move the batch's candidate rows to the CPU sample: one wait on the device per batch, not per layer."""
+        priorities = self._candidates[0]
+        for layer, (sink_input, rows) in self._pending.items():
+            self.sink_inputs.offer(layer, sink_input)
+            self.sample.offer(layer, priorities.clone(), rows.cpu())  # own tensors: checkpoints refuse shared ones
+        self._pending.clear()
 
     def compute(self, windows: int) -> Tables:
         from tqdm.auto import tqdm
