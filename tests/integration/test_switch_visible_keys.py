@@ -23,7 +23,8 @@ TAU, DELTA = 0.6, 0.5  # τ large enough for a tiny random model to switch queri
 
 
 def eager_switch_tables(lm, ids: torch.Tensor, tau: float, delta: float, visible: bool) -> dict[str, torch.Tensor]:
-    """(L, H) 2×2 counts over queries t ≥ 1 from float64 eager maps and hooked values/outputs, by loops."""
+    """(N, L, H) 2×2 counts per window over queries t ≥ 1 from float64 eager maps and hooked values/outputs, by
+    loops."""
     model = copy.deepcopy(lm.model).double()
     model.set_attn_implementation("eager")
     layout = lm.layout
@@ -42,7 +43,7 @@ def eager_switch_tables(lm, ids: torch.Tensor, tau: float, delta: float, visible
             handle.remove()
     N, T = ids.shape
     L, H = len(out.attentions), layout.n_heads
-    tables = {k: torch.zeros(L, H, dtype=torch.float64) for k in ("off_sink", "off_nosink", "on_sink", "on_nosink")}
+    tables = {k: torch.zeros(N, L, H, dtype=torch.float64) for k in ("off_sink", "off_nosink", "on_sink", "on_nosink")}
     for layer in range(L):
         att = out.attentions[layer]  # (N, H, T, T) float64
         v = values[layer].view(N, T, layout.n_kv_heads, layout.head_dim)
@@ -55,7 +56,7 @@ def eager_switch_tables(lm, ids: torch.Tensor, tau: float, delta: float, visible
                     keys = v_norm[n, : t + 1] if visible else v_norm[n]
                     off = float(o_norm[n, t]) <= tau * float(keys.mean())
                     sink = float(att[n, head, t, 0]) >= 1 - delta
-                    tables[f"{'off' if off else 'on'}_{'sink' if sink else 'nosink'}"][layer, head] += 1
+                    tables[f"{'off' if off else 'on'}_{'sink' if sink else 'nosink'}"][n, layer, head] += 1
     return tables
 
 
@@ -66,7 +67,7 @@ def test_switch_counts_follow_visible_keys_like_eager_transformers(name):
     run = analyze(lm, TokenWindows(ids, batch_size=3), AnalyzeConfig(tau=TAU, delta=DELTA, geometry_cap=0),
                   progress=False)
     heads = run.heads.sort_values(["layer", "head"])
-    ref = eager_switch_tables(lm, ids, TAU, DELTA, visible=True)
+    ref = {k: v.sum(0) for k, v in eager_switch_tables(lm, ids, TAU, DELTA, visible=True).items()}
     shape = ref["off_sink"].shape
     for key, expected in ref.items():
         got = torch.tensor(heads[f"switch_n_{key}"].to_numpy(), dtype=torch.float64).view(shape)
@@ -84,7 +85,7 @@ def test_switch_counts_follow_visible_keys_like_eager_transformers(name):
     # The whole-window mean (keys a query cannot see included) counts differently on this model: the test
     # tells the two definitions apart.
     whole = eager_switch_tables(lm, ids, TAU, DELTA, visible=False)
-    assert not torch.equal(whole["off_sink"] + whole["off_nosink"], n_off)
+    assert not torch.equal((whole["off_sink"] + whole["off_nosink"]).sum(0), n_off)
 
 
 def test_block_sums_over_query_blocks_equal_one_block():

@@ -24,20 +24,19 @@ DELTA_SCALES = (0.5, 1.0, 2.0)
 
 
 @torch.no_grad()
-def window_evidence(lm: LoadedModel, corpus: str, seq_len: int, n_windows: int, seed: int, tau: float = 0.1,
-                    delta: float = 0.1, delta_scales: tuple[float, ...] = DELTA_SCALES) -> dict[str, np.ndarray]:  # fmt: skip
-    """`{name: array}`: the `WindowEvidence` sums of the analysed windows (W first); `switch`, `hard_sink` and
-    `mlp_like` gain a δ-scale axis after W (in `delta_scales` order), the others come from the δ × 1 pass."""
+def window_evidence(lm: LoadedModel, stream, n_windows: int, seed: int, tau: float = 0.1, delta: float = 0.1,
+                    delta_scales: tuple[float, ...] = DELTA_SCALES) -> dict[str, np.ndarray]:  # fmt: skip
+    """`{name: array}`: the `WindowEvidence` sums of the windows of `stream` (a `corpus.windows` object of at most
+    `n_windows`, read once per pass), W first; `switch`, `hard_sink` and `mlp_like` gain a δ-scale axis after W
+    (in `delta_scales` order), the others come from the δ × 1 pass."""
     from sinkscope.capture.feed import Feed
-    from sinkscope.corpus.windows import windows
     from sinkscope.statistics.window_evidence import WindowEvidence
 
-    layout, L = lm.layout, len(lm.layers)
+    layout, L, seq_len = lm.layout, len(lm.layers), stream.seq_len
     passes = {}
     for scale in delta_scales:
         statistic = WindowEvidence(L, layout.n_heads, layout.group, seq_len, n_windows, tau, seed)
         feed = Feed([statistic], seq_len, layout.group, delta * scale)
-        stream = windows(corpus, lm.tokenizer, seq_len, n_windows, seed=seed)
         with feed.hooks(lm):
             for batch in stream.batches():
                 batch = batch.to(lm.device)

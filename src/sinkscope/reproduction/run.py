@@ -132,9 +132,11 @@ class ModelSections:
         directory = self.out / f"evidence-{slug(corpus)}"
 
         def compute(target: Path) -> None:
+            from sinkscope.corpus.windows import windows
             from sinkscope.reproduction.evidence import window_evidence
 
-            arrays = window_evidence(self.lm, corpus, c.seq_len, n_windows, c.seed, delta_scales=delta_scales)
+            stream = windows(corpus, self.lm.tokenizer, c.seq_len, n_windows, seed=c.seed)
+            arrays = window_evidence(self.lm, stream, n_windows, c.seed, delta_scales=delta_scales)
             with swapped_directory(target) as staging:
                 np.savez(staging / "evidence.npz", **arrays)
 
