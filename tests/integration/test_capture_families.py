@@ -220,16 +220,15 @@ def test_sink_census_equals_full_attention_maps(name):
     assert table["sink_frac"].max() > 0, "no token's received attention crossed ε"
 
 
-def test_resumed_run_keeps_the_census(tmp_path, monkeypatch):
+def test_resumed_run_keeps_the_census(tmp_path):
     lm = build("llama", attn="sdpa")
     ids = token_windows(8)
     config = AnalyzeConfig(epsilon=0.25, epsilons=(0.5,), geometry_cap=0)
     whole = analyze(lm, TokenWindows(ids, batch_size=2), config, progress=False)
-    # Interrupted after 4 windows: keep the checkpoint a completed run would remove, then resume the whole corpus.
-    with monkeypatch.context() as patch:
-        patch.setattr("sinkscope.pipelines.analysis.shutil.rmtree", lambda *args, **kwargs: None)
-        analyze(lm, TokenWindows(ids[:4], batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",
-                checkpoint_every=2)
+    # Interrupted after 4 windows (analyze keeps its checkpoint; the CLI removes it once the result is saved),
+    # then resume the whole corpus.
+    analyze(lm, TokenWindows(ids[:4], batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",
+            checkpoint_every=2)
     resumed = analyze(lm, TokenWindows(ids, batch_size=2), config, progress=False, checkpoint_dir=tmp_path / "ck",
                       resume=True)
     assert resumed.meta["corpus"]["windows"] == 8

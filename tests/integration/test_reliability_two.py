@@ -254,3 +254,151 @@ def test_out_a_symlink_to_a_directory_writes_where_it_points(tiny, tmp_path, cap
     assert f"--out {dangling} is a symbolic link to {tmp_path / 'nowhere'}, which is not a directory" in line
     assert not (tmp_path / "nowhere").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "disk", "link"]
+
+
+# --- 7, 14, 15. resume identity by content; damaged checkpoints ------------------------------------------------
+
+
+def interrupt_after_checkpoints(monkeypatch, n: int) -> None:
+    """Ctrl-C right after the n-th checkpoint is saved."""
+    import sinkscope.pipelines.analysis
+
+    real, calls = sinkscope.pipelines.analysis.save_checkpoint, []
+
+    def save_then_interrupt(*args, **kwargs):
+        real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sinkscope.pipelines.analysis, "save_checkpoint", save_then_interrupt)
+
+
+@pytest.fixture
+def interrupted(tiny, tmp_path, capsys, monkeypatch):
+    """A copy of the corpus, and an analyze of it stopped by Ctrl-C after its first checkpoint (2 of 6 windows)."""
+    model, corpus = tiny
+    copy = tmp_path / "corpus.txt"
+    copy.write_text(corpus.read_text())
+    args = analyze_args((model, copy), "--out", str(tmp_path / "run"), "--checkpoint-every", "2")
+    with monkeypatch.context() as patch:
+        interrupt_after_checkpoints(patch, 1)
+        one_error(capsys, args, code=130)
+    return copy, args, tmp_path / ".run.checkpoint" / "rank0.safetensors"
+
+
+def test_resume_on_a_changed_corpus_file_is_refused(interrupted, tmp_path, capsys, no_report):
+    corpus, args, checkpoint = interrupted
+    text = corpus.read_text()
+    first, rest = text.split(" ", 1)
+    corpus.write_text(("w1" if first != "w1" else "w2") + " " + rest)  # same path, the first token changed
+    line = one_error(capsys, [*args, "--resume"])
+    assert f"checkpoint {checkpoint} was computed on other text" in line and "rerun without --resume" in line
+    assert not (tmp_path / "run").exists() and checkpoint.is_file()
+    corpus.write_text(text)  # the same text again: resumes
+    assert main([*args, "--resume"]) == 0
+
+
+def test_damaged_checkpoints_are_one_line(interrupted, tmp_path, capsys):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    _, args, checkpoint = interrupted
+    good = checkpoint.read_bytes()
+    state = load_file(checkpoint)
+    with safe_open(str(checkpoint), "pt") as opened:  # the metadata as written
+        metadata = opened.metadata()
+    nan = dict(state)
+    first_float = next(k for k, v in state.items() if v.is_floating_point() and v.numel() and k != "windows")
+    nan[first_float] = torch.full_like(state[first_float], float("nan"))
+    cases = {
+        "not safetensors": (lambda: checkpoint.write_bytes(b"not a checkpoint at all"), "is damaged"),
+        "truncated": (lambda: checkpoint.write_bytes(good[: len(good) // 2]), "is damaged"),
+        "no metadata": (lambda: save_file(state, str(checkpoint)), "lacks its metadata"),
+        "metadata not JSON": (lambda: save_file(state, str(checkpoint), metadata={**metadata, "fingerprint": "{"}),
+                              "is damaged"),
+        "window count changed": (lambda: save_file({**state, "windows": state["windows"] + 2}, str(checkpoint),
+                                                   metadata=metadata), "its state counts 4 windows, its metadata 2"),
+        "NaN inside": (lambda: save_file(nan, str(checkpoint), metadata=metadata), "is damaged (NaN in"),
+    }  # fmt: skip
+    for case, (damage, message) in cases.items():
+        damage()
+        line = one_error(capsys, [*args, "--resume"])
+        assert message in line and "rerun without --resume" in line and str(checkpoint) in line, f"{case}: {line}"
+        checkpoint.write_bytes(good)
+
+
+# --- 5. view writes a staged page, never over a file that is not a page ---------------------------------------
+
+
+def test_view_never_truncates_a_page_nor_replaces_a_run_json(tiny, tmp_path, capsys, monkeypatch):
+    model, _ = tiny
+    view = ["view", "--model", str(model), "--text", "w1 w2 w3 w4 w5", "--out"]
+    page = tmp_path / "page.html"
+    assert main([*view, str(page)]) == 0
+    good = page.read_bytes()
+    real_write = Path.write_text
+
+    def full_after_a_few_bytes(self, data, *args, **kwargs):
+        real_write(self, data[:100], *args, **kwargs)  # a partial page reached the disk, then ENOSPC
+        disk_full()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_text", full_after_a_few_bytes)
+        line = one_error(capsys, [*view, str(page)])
+    assert f"cannot write {page}: No space left on device" in line
+    assert page.read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"precious": true}')
+    line = one_error(capsys, [*view, str(run / "run.json")])
+    assert "exists and is not a page sinkscope wrote" in line
+    assert (run / "run.json").read_text() == '{"precious": true}'
+    assert "is a directory" in one_error(capsys, [*view, str(run)])
+
+
+# --- 8, 12. --overwrite keeps nested runs; export replaces only an earlier export, whole or not at all ----------
+
+
+@pytest.fixture
+def finished(tiny, tmp_path, no_report):
+    out = tmp_path / "run"
+    assert main(analyze_args(tiny, "--out", str(out), "--max-windows", "2")) == 0
+    return out
+
+
+def test_overwrite_refuses_a_run_holding_other_runs(tiny, finished, tmp_path, capsys, no_model):
+    nested = finished / "older"
+    nested.mkdir()
+    (nested / "run.json").write_text('{"nested": true}')
+    before = snapshot(finished)
+    line = one_error(capsys, analyze_args(tiny, "--out", str(finished), "--overwrite"))
+    assert f"holds other sinkscope results ({nested})" in line and "move them out first" in line
+    assert snapshot(finished) == before
+
+
+def test_export_replaces_only_an_earlier_export_and_never_half(finished, tmp_path, capsys, monkeypatch):
+    assert main(["export", str(finished), "--format", "csv"]) == 0
+    assert main(["export", str(finished), "--format", "csv"]) == 0  # an earlier export is replaced
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "heads.csv").write_text("my own table")
+    (mine / "notes.txt").write_text("keep")
+    line = one_error(capsys, ["export", str(finished), "--format", "csv", "--out", str(mine)])
+    assert "holds files that are not an export" in line and "notes.txt" in line
+    assert (mine / "heads.csv").read_text() == "my own table" and (mine / "notes.txt").read_text() == "keep"
+    before = snapshot(finished / "csv")
+    real = pd.DataFrame.to_csv
+
+    def full_after_one_table(self, path, *args, **kwargs):
+        if Path(path).name != "heads.csv":
+            return real(self, path, *args, **kwargs)
+        Path(path).write_text("")  # an empty file reached the disk, then ENOSPC
+        disk_full()
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full_after_one_table)
+    line = one_error(capsys, ["export", str(finished), "--format", "csv"])
+    assert f"cannot write {finished / 'csv'}: No space left on device" in line
+    assert snapshot(finished / "csv") == before  # the earlier export, untouched
+    line = one_error(capsys, ["export", str(finished), "--format", "csv", "--out", str(tmp_path / "new")])
+    assert not (tmp_path / "new").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]

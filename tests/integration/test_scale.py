@@ -83,9 +83,8 @@ def test_resume_refuses_a_different_analysis(tiny, tmp_path):
     ids[:, 0] = 0
     stream = TokenWindows(ids, batch_size=2)
     analyze(lm, stream, progress=False, checkpoint_dir=tmp_path / "ck", checkpoint_every=2)
-    assert not (tmp_path / "ck").exists()  # a completed run removes its checkpoints
-    (tmp_path / "ck").mkdir()
-    save_checkpoint(Feed([], 12), tmp_path / "ck", 0, {"something": "else"})
+    assert (tmp_path / "ck" / "rank0.safetensors").is_file()  # kept until the caller has saved the result
+    save_checkpoint(Feed([], 12), tmp_path / "ck", 0, {"something": "else"}, windows_sha256="")
     with pytest.raises(SinkscopeError, match="different analysis"):
         analyze(lm, TokenWindows(ids), progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
 

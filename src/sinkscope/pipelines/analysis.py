@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -106,26 +107,39 @@ def analyze(
     fingerprint["corpus"].pop("windows", None)
     if smoothing is not False:
         fingerprint["smoothing"] = smoothing if smoothing is True else list(smoothing)
-    skip = 0
+    skip, saved_sha256 = 0, None
     if resume and checkpoint_dir is not None:
-        skip = load_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
+        skip, saved_sha256 = load_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
     total = None if windows.max_windows is None else math.ceil(windows.max_windows / world / windows.batch_size)
     started = time.perf_counter()
-    analysed, saved = 0, feed.windows
+    analysed, saved, digest = 0, feed.windows, hashlib.sha256()  # digest: token ids of this rank's windows so far
     with feed.hooks(lm):
-        batches = windows.batches(shard=(rank, world), skip=skip)
+        batches = windows.batches(shard=(rank, world))  # from the first: a resume checks the text it skips
         bar = tqdm(batches, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
+            if analysed < skip:  # analysed before the checkpoint: only their token ids are read, and must match
+                taken = batch[: skip - analysed]
+                digest.update(_token_bytes(taken))
+                analysed += len(taken)
+                if analysed == skip:
+                    _check_same_text(digest.hexdigest(), saved_sha256, skip, checkpoint_dir, rank, windows)
+                batch = batch[len(taken) :]
+                if not len(batch):
+                    continue
+            digest.update(_token_bytes(batch))
             batch = batch.to(lm.device)
             feed.begin_batch(batch)
             lm.base(input_ids=batch, use_cache=False)
             feed.end_batch(len(batch))
             analysed += len(batch)
             if checkpoint_dir is not None and checkpoint_every and analysed % checkpoint_every < len(batch):
-                save_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
+                save_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint, digest.hexdigest())
                 saved = feed.windows
+    if analysed < skip:
+        _check_same_text(None, saved_sha256, skip, checkpoint_dir, rank, windows)
     if checkpoint_dir is not None and checkpoint_every and analysed and saved != feed.windows:
-        save_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)  # the whole pass: a failed save redoes none
+        # the whole pass: a failed save of the result redoes no window
+        save_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint, digest.hexdigest())
     seconds = time.perf_counter() - started
     if world > 1:
         feed.all_reduce()
@@ -145,7 +159,7 @@ def analyze(
         "versions": package_versions(),
         "timings": {
             "analyze_seconds": seconds,
-            "tokens_per_second": analysed * world * windows.seq_len / seconds,
+            "tokens_per_second": (analysed - skip) * world * windows.seq_len / seconds,
             "geometry_seconds": compute_seconds.get("certificates", 0.0),
             "world_size": world,
         },
@@ -157,6 +171,27 @@ def analyze(
 
         run.meta["smoothing"] = {"lambdas": list(LAMBDAS), **smoothing_summary(parts["smoothing"].heads)}
     return run
+
+
+def _token_bytes(batch: torch.Tensor) -> bytes:
+    """The token ids of `batch` (B, T) as int64 bytes, row after row: what `windows_sha256` hashes."""
+    return batch.to(device="cpu", dtype=torch.int64).contiguous().numpy().tobytes()
+
+
+def _check_same_text(
+    sha256: str | None, saved: str | None, skip: int, checkpoint_dir, rank: int, windows: Windows | TokenWindows
+) -> None:
+    """Refuse to resume when the first `skip` windows now are not those the checkpoint analysed (by content)."""
+    from sinkscope.pipelines.checkpoint import checkpoint_file
+
+    if sha256 is not None and sha256 == saved:
+        return
+    now = "fewer windows" if sha256 is None else "other token ids"
+    raise SinkscopeError(
+        f"checkpoint {checkpoint_file(Path(checkpoint_dir), rank)} was computed on other text: the first {skip} "
+        f"windows of {getattr(windows, 'source', 'the corpus')} now have {now} (the corpus or tokenizer changed "
+        "since); rerun without --resume"
+    )
 
 
 def statistics_for(

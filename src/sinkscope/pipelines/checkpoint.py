@@ -1,7 +1,9 @@
 """Checkpoints of a long analysis: the feed's streaming state every N windows, so `--resume` continues.
 
 One safetensors file per data-parallel rank, with a JSON fingerprint of what was being computed (model,
-corpus, T, thresholds, world size); resuming a different computation is refused rather than silently mixed.
+corpus, T, thresholds, world size) and the identity of the text by content: sha256 of the token ids of the
+windows analysed so far (`windows_sha256`, int64 row after row). Resuming a different computation, or the same
+corpus path whose text changed, is refused rather than silently mixed; so is a damaged checkpoint.
 A resumed run gives the same result as an uninterrupted one (the geometry sample's priorities depend only on
 the window index).
 """
@@ -20,8 +22,8 @@ def checkpoint_file(directory: Path, rank: int) -> Path:
     return Path(directory) / f"rank{rank}.safetensors"
 
 
-def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> None:
-    """Write this rank's state atomically (temp file, then rename)."""
+def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict, windows_sha256: str) -> None:
+    """Write this rank's state atomically (temp file, then rename), with `windows_sha256` of its windows so far."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -29,8 +31,17 @@ def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -
     path = checkpoint_file(directory, rank)
     tmp = path.with_name(path.name + ".tmp")
     state = {name: tensor.contiguous() for name, tensor in feed.state_dict().items()}
-    save_file(state, str(tmp), metadata={"fingerprint": json.dumps(fingerprint, sort_keys=True, default=str)})
-    tmp.replace(path)
+    metadata = {
+        "fingerprint": json.dumps(fingerprint, sort_keys=True, default=str),
+        "windows": str(feed.windows),
+        "windows_sha256": windows_sha256,
+    }
+    try:
+        save_file(state, str(tmp), metadata=metadata)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def remove_checkpoint(directory: Path) -> None:
@@ -38,24 +49,46 @@ def remove_checkpoint(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> int:
-    """Restore this rank's state; returns the number of this rank's windows already analysed (0 if none)."""
+def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> tuple[int, str | None]:
+    """Restore this rank's state; returns the number of this rank's windows already analysed and the sha256 of
+    their token ids (0 and None without a checkpoint). A checkpoint of another computation, or one that is not a
+    readable sinkscope checkpoint (not safetensors, no or broken metadata, NaN, a window count that disagrees with
+    its metadata), is refused in one line."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     path = checkpoint_file(directory, rank)
     if not path.is_file():
-        return 0
-    with safe_open(str(path), "pt") as handle:
-        saved = json.loads(handle.metadata()["fingerprint"])
+        return 0, None
+    fix = f"delete {Path(directory)} and rerun without --resume"
+    try:
+        with safe_open(str(path), "pt") as handle:
+            metadata = handle.metadata() or {}
+        saved = json.loads(metadata["fingerprint"])
+        windows, windows_sha256 = int(metadata["windows"]), metadata["windows_sha256"]
+        state = load_file(str(path))
+    except KeyError as err:
+        raise SinkscopeError(f"checkpoint {path} lacks its metadata ({err}); {fix}") from None
+    except Exception as err:  # safetensors raises its own error types on a file that is not safetensors
+        raise SinkscopeError(f"checkpoint {path} is damaged ({type(err).__name__}: {str(err)[:120]}); {fix}") from None
     expected = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
     if saved != expected:
         raise SinkscopeError(
             f"checkpoint {path} belongs to a different analysis ({'; '.join(_differences(saved, expected))}); "
             "resume with the arguments of the interrupted run, or rerun without --resume"
         )
-    feed.load_state_dict(load_file(str(path)))
-    return feed.windows
+    bad = [name for name, tensor in state.items() if tensor.is_floating_point() and bool(tensor.isnan().any())]
+    if bad:
+        raise SinkscopeError(f"checkpoint {path} is damaged (NaN in {', '.join(bad[:3])}); {fix}")
+    try:
+        feed.load_state_dict(state)
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise SinkscopeError(f"checkpoint {path} does not fit this analysis ({err}); {fix}") from None
+    if feed.windows != windows:
+        raise SinkscopeError(
+            f"checkpoint {path} is damaged (its state counts {feed.windows} windows, its metadata {windows}); {fix}"
+        )
+    return feed.windows, windows_sha256
 
 
 def _differences(saved: dict, expected: dict, prefix: str = "") -> list[str]:
