@@ -23,7 +23,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -201,12 +201,14 @@ def claimed_output(directory: str | Path, overwrite: bool = False, resume: bool 
 
 
 @contextmanager
-def staged_directory(directory: str | Path) -> Iterator[Path]:
+def staged_directory(
+    directory: str | Path, replaceable: Callable[[Path], None] = lambda d: check_replaceable(d, overwrite=True)
+) -> Iterator[Path]:
     """Yield an empty staging directory beside `directory`.
 
     When the block finishes, the staging directory replaces `directory`; when it
     raises, it is removed, so a crash or Ctrl-C never leaves a half-written result behind. An existing non-empty
-    `directory` is replaced only if it is a sinkscope result.
+    `directory` is replaced only if `replaceable(directory)` does not raise (default: it is one sinkscope result).
     """
     directory = real_target(directory)
     try:
@@ -219,7 +221,7 @@ def staged_directory(directory: str | Path) -> Iterator[Path]:
         yield staging
         staging.chmod(0o755)  # mkdtemp makes it private
         if directory.exists():
-            check_replaceable(directory, overwrite=True)
+            replaceable(directory)
             # the old result moves aside first and goes only once the new one is in place
             old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-old-"))
             directory.rename(old / directory.name)

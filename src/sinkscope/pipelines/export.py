@@ -1,14 +1,22 @@
-"""Every table of a run (or sweep) directory as CSV or JSON, for people who do not use pandas or parquet."""
+"""Every table of a run (or sweep) directory as CSV or JSON, for people who do not use pandas or parquet.
+
+The export folder is written like a run directory: staged beside `--out` and renamed into place, so a full disk
+leaves no half export; it replaces only an earlier export (marked by `.sinkscope-export.json`, or holding only
+`<table>.<format>` files of this run), never a folder of other files.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.staging import real_target, staged_directory
 
 FORMATS = ("csv", "json")
+MARKER = ".sinkscope-export.json"
 
 
 def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None) -> list[Path]:
@@ -25,19 +33,38 @@ def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None
         raise SinkscopeError(
             f"{directory} holds no tables (*.parquet); pass a directory written by `sinkscope analyze` or `sweep`"
         )
-    out = directory / fmt if out is None else Path(out)
-    if out.exists() and not out.is_dir():
-        raise SinkscopeError(f"--out {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path in tables:
-        table = pd.read_parquet(path)
-        target = out / f"{path.stem}.{fmt}"
-        tmp = target.with_name(f".{target.name}.tmp")
-        if fmt == "csv":
-            table.to_csv(tmp, index=False)
-        else:
-            table.to_json(tmp, orient="records", indent=1, force_ascii=False)
-        tmp.replace(target)
-        written.append(target)
-    return written
+    out = real_target(directory / fmt if out is None else Path(out))
+    names = {f"{path.stem}.{fmt}" for path in tables}
+
+    def replaceable(folder: Path) -> None:
+        """An earlier export of this run may be replaced; a folder holding anything else may not."""
+        if not folder.is_dir():
+            raise SinkscopeError(f"--out {folder} exists and is not a directory; choose another --out")
+        entries = {entry.name for entry in folder.iterdir()}
+        foreign = sorted(entries - names - {MARKER}) if MARKER not in entries else []
+        if foreign:
+            raise SinkscopeError(
+                f"--out {folder} holds files that are not an export of {directory} ({', '.join(foreign[:3])}), so "
+                "export will not replace it; choose a new or empty folder"
+            )
+
+    if out.exists():
+        replaceable(out)  # before any table is read
+    with staged_directory(out, replaceable) as staging:
+        for path in tables:
+            table = _read(path)
+            target = staging / f"{path.stem}.{fmt}"
+            if fmt == "csv":
+                table.to_csv(target, index=False)
+            else:
+                table.to_json(target, orient="records", indent=1, force_ascii=False)
+        (staging / MARKER).write_text(json.dumps({"source": str(directory), "format": fmt}), encoding="utf-8")
+    return [out / f"{path.stem}.{fmt}" for path in tables]
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
+        raise SinkscopeError(f"{path} is damaged or truncated (not a readable parquet table); rerun the command "
+                             "that wrote it") from None
