@@ -64,7 +64,8 @@ def head_class(sink: float, diag: float, prev: float, entropy: float, epsilon: f
 
 @torch.no_grad()
 def capture(model: torch.nn.Module, ids: torch.Tensor) -> tuple[list, list, list, list]:
-    """Eager attention maps (N, H, T, T), h and z (N, T, d) and value vectors (N, KV, T, dh) of every layer."""
+    """Eager attention maps (N, H, T, T) (the model's dtype), h and z (N, T, d) and value vectors (N, KV, T, dh)
+    (float64) of every layer."""
     config = getattr(model.config, "text_config", None) or model.config
     blocks_name, norm_name, attention_name, value_name, layout = ARCHITECTURES[config.model_type]
     base = model.base_model
@@ -104,7 +105,7 @@ def capture(model: torch.nn.Module, ids: torch.Tensor) -> tuple[list, list, list
         model.set_attn_implementation(previous)
         for handle in handles:
             handle.remove()
-    return [a.double() for a in out.attentions], h, (h if norm_name is None else z), values
+    return list(out.attentions), h, (h if norm_name is None else z), values
 
 
 def min_distance_to_hull(points: np.ndarray, target: np.ndarray) -> float:
@@ -154,7 +155,7 @@ def eager_reference(
     alphas, receiveds = [], []  # (N, H) per-window α and (N, H, T-2) received of each layer
     exercised = {"hard_sink": 0, "hard_diag": 0, "off": 0, "on": 0, "cos_nonpos": 0}
     for layer in range(L):
-        A = maps[layer]  # (N, H, T, T)
+        A = maps[layer].double()  # (N, H, T, T)
         group = H // values[layer].shape[1]
         v = values[layer].repeat_interleave(group, dim=1)  # (N, H, T, dh)
         o = A @ v  # the head outputs before the output projection
@@ -212,14 +213,16 @@ def eager_reference(
             z = zs[layer]
             layer_row |= certificates(z[0, 0].numpy(), z[:, 1:].reshape(-1, z.shape[-1]).numpy())
         layer_rows.append(layer_row)
-        key_scores = torch.stack([A[..., k:, k].sum(-1) / (T - k) for k in range(T)], -1)  # (N, H, T): α^w_k
+        # α^w_k = mean_{t≥k} A[t,k] and received^w_k = mean_{t>k} A[t,k], as masked means over the rows t
+        at_or_after, after = (t[:, None] >= t[None, :]).double(), (t[:, None] > t[None, :]).double()  # [t ≥ k], [t > k]
+        key_scores = torch.einsum("nhtk,tk->nhk", A, at_or_after) / at_or_after.sum(0)  # (N, H, T)
         for k in range(T):
             mean_k = key_scores[..., k].mean(0)  # (H,)
             position_rows.append({"layer": layer, "position": k,
                                   "sink_rate": float((key_scores[..., k] > epsilon).double().mean()),
                                   "sink_rate_of_mean": float((mean_k > epsilon).double().mean()),
                                   "mean_key_score": float(mean_k.mean()), "max_key_score": float(mean_k.max())})  # fmt: skip
-        receiveds.append(torch.stack([A[..., k + 1 :, k].mean(-1) for k in range(1, T - 1)], -1))
+        receiveds.append(torch.einsum("nhtk,tk->nhk", A, after)[..., 1 : T - 1] / after.sum(0)[1 : T - 1])
     heads = pd.DataFrame(head_rows)
     tokens, token_layers = key_token_tables(ids, torch.stack(receiveds), epsilon, tokenizer)
     alpha_all = torch.stack(alphas)  # (L, N, H)
@@ -259,6 +262,37 @@ def key_token_tables(ids: torch.Tensor, received: torch.Tensor, epsilon: float, 
                               "received_mean": e["sum"][layer] / (e["n"] * H),
                               "sink_frac": e["over"][layer] / (e["n"] * H)})  # fmt: skip
     return pd.DataFrame(rows), pd.DataFrame(long_rows)
+
+
+def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements: int | None = None) -> tuple:
+    """`analyze` through one routing — "default", "fused" (`ROWS_UP_TO_SEQ_LEN` 0) or "blocks" (every layer) —
+    with the CPU block budget `block_elements` if given. Returns the run, the path of every attention call and the
+    first query of every block the feed received from the block path."""
+    import sinkscope.capture.attention as attention
+    from sinkscope.capture.feed import Feed
+    from sinkscope.pipelines.analysis import analyze
+
+    taken: list[str] = []
+    starts: list[int] = []
+    route, on_block = attention.attention_path, Feed.on_block
+
+    def spy(*args, **kwargs):
+        taken.append("blocks" if path == "blocks" else route(*args, **kwargs))
+        return taken[-1]
+
+    def block_spy(self, layer, start, *args):
+        starts.append(start)
+        return on_block(self, layer, start, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(attention, "attention_path", spy)
+        patch.setattr(Feed, "on_block", block_spy)
+        if block_elements is not None:
+            patch.setattr(attention, "BLOCK_ELEMENTS", block_elements)
+        if path == "fused":
+            patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
+        run = analyze(lm, windows, config, progress=False)
+    return run, taken, starts
 
 
 KEYS = {"heads": ["layer", "head"], "layers": ["layer"], "positions": ["layer", "position"], "tokens": ["token_id"],

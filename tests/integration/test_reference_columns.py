@@ -17,13 +17,12 @@ import pytest
 import torch
 import transformers as tf
 
-import sinkscope.capture.attention as attention
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import family_for, supported_model_types
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
+from sinkscope.pipelines.analysis import AnalyzeConfig
 
-from .eager_reference import CERTIFICATES, Reference, compare, eager_reference
+from .eager_reference import CERTIFICATES, Reference, analyze_on_path, compare, eager_reference
 
 V, T, N, BATCH = 96, 13, 10, 4  # batches of 4, 4, 2 windows
 # Query rows per block = BLOCK_ELEMENTS // (B·H·T): 4 rows for the batches of 4 (blocks 4, 4, 4, 1), 9 for the
@@ -128,32 +127,6 @@ def model_and_reference(name: str) -> tuple[LoadedModel, Reference]:
     return lm, ref
 
 
-def analyze_on_path(lm: LoadedModel, path: str, monkeypatch, geometry: bool = False) -> tuple:
-    """The analysis with the small block budget and `path` forced; returns the run and the paths layers took."""
-    taken: list[str] = []
-    route = attention.attention_path
-
-    def spy(*args, **kwargs):
-        chosen = "blocks" if path == "blocks" else route(*args, **kwargs)
-        taken.append(chosen)
-        return chosen
-
-    starts: list[int] = []
-    with monkeypatch.context() as patch:
-        patch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
-        patch.setattr(attention, "attention_path", spy)
-        if path == "fused":
-            patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
-        from sinkscope.capture.feed import Feed
-
-        on_block = Feed.on_block
-        patch.setattr(Feed, "on_block", lambda self, layer, start, *a: starts.append(start) or on_block(self, layer,
-                                                                                                          start, *a))
-        config = replace(CONFIG, geometry_cap=N * (T - 1)) if geometry else CONFIG
-        run = analyze(lm, TokenWindows(token_windows(), batch_size=BATCH), config, progress=False)
-    return run, taken, starts
-
-
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
@@ -161,7 +134,9 @@ def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
     geometry = name in GEOMETRY
     if geometry and path != "default":
         ref = dataclasses.replace(ref, layers=ref.layers[[c for c in ref.layers if c not in CERTIFICATES]])
-    run, taken, starts = analyze_on_path(lm, path, monkeypatch, geometry and path == "default")
+    config = replace(CONFIG, geometry_cap=N * (T - 1)) if geometry and path == "default" else CONFIG
+    windows = TokenWindows(token_windows(), batch_size=BATCH)
+    run, taken, starts = analyze_on_path(lm, windows, config, path, monkeypatch, BLOCK_ELEMENTS)
     if path == "blocks" or name in BLOCKS_ONLY:
         assert set(taken) == {"blocks"}
         assert len(set(starts)) > 2, "the block path ran in one block"
