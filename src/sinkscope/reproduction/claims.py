@@ -89,11 +89,14 @@ CLAIMS: dict[str, Claim] = {
         "not judged",
         "none (descriptive)", "geometry"),
     "sink_ablation": Claim(
-        3, "Switching off a head is what a sink does: setting the most sink-like heads' outputs to zero costs "
-        "less loss than switching off random heads.",
-        "zero the 10 % most hard-sink heads on every query, Δloss vs random head sets of the same size",
-        "the paper's hard switch is an output of 0; the random sets fix what removing that many heads costs",
-        "random head sets of the same size (many draws; the interval is over draws)", "ablation"),
+        3, "A head implements a hard attention switch (output identically 0 on a set of tokens) if and only if "
+        "it implements an attention sink: where the most sink-like heads sink, switching them off costs little.",
+        "zero the 10 % most hard-sink heads only on their sink queries (A[t,0] ≥ 1 − δ in the clean model), "
+        "Δloss vs matched random head-and-query sets",
+        "the claim is about the queries where a head sinks; zeroing it everywhere also removes what it does "
+        "elsewhere, and matching heads and query counts fixes what removing that many outputs costs",
+        "random heads, each zeroed on as many random queries per window (many draws; the interval is over draws)",
+        "ablation"),
     "sink_ablation_bos": Claim(
         3, "A sink is an attention switch: moving all attention of the most sink-like heads to BOS (output "
         "v_0) costs less loss than doing so for random heads.",

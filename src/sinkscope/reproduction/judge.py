@@ -38,6 +38,7 @@ class Measurements:
     evidence: dict[str, dict[str, np.ndarray]]
     certificates: pd.DataFrame
     alignment: pd.DataFrame
+    sink_queries: pd.DataFrame
 
 
 def _columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -68,12 +69,30 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
     return [replace(verdict, corpus=corpus) for verdict in out]
 
 
+def sink_query_verdict(model: str, corpus: str, table: pd.DataFrame, ablation: pd.DataFrame, seed: int) -> c.Verdict:
+    """`sink_ablation`: the sink-like heads zeroed on their sink queries vs matched random head-and-query sets
+    (`pipelines.query_ablation`); zeroing them on every query (mode zero) is evidence beside it."""
+    chosen, random = table[table["set"] == "sink queries"], table[table["set"].str.startswith("random")]
+    if chosen.empty:
+        return c.Verdict("sink_ablation", model, c.NOT_MEASURABLE, reason="no sink-query ablation", corpus=corpus)
+    row = chosen.iloc[0]
+    extra = {"mode": "zero on sink queries", "n_heads": int(row["n_heads"]), "n_cells": int(row["n_cells"]),
+             "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
+             "n_windows": int(row["n_windows"])}  # fmt: skip
+    every = ablation[(ablation["mode"] == "zero") & (ablation["selection"] == "highest-hard-sink")]
+    if len(every):
+        extra["delta_zero_every_query"] = float(every.iloc[0]["delta_loss"])
+    verdict = c.ablation_verdict("sink_ablation", model, float(row["delta_loss"]), random["delta_loss"].tolist(),
+                                 extra, seed)  # fmt: skip
+    return replace(verdict, corpus=corpus)
+
+
 def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int
                       ) -> list[c.Verdict]:  # fmt: skip
-    """Sink-like and dormant head sets against the random sets of the same size (`sinkscope.pipelines.ablate`)."""
+    """The sink-like heads with their attention moved to BOS, and the dormant heads zeroed, against random sets of
+    the same size (`sinkscope.pipelines.ablate`)."""
     out = []
-    for claim, selection, mode in (("sink_ablation", "highest-hard-sink", "zero"),
-                                   ("sink_ablation_bos", "highest-hard-sink", "bos"),
+    for claim, selection, mode in (("sink_ablation_bos", "highest-hard-sink", "bos"),
                                    ("dormant_heads", "lowest-ahon-ln", "zero")):  # fmt: skip
         frame = ablation[ablation["mode"] == mode]
         chosen = frame[frame["selection"] == selection]
@@ -136,6 +155,7 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     certificates = m.certificates.to_dict("records")
     width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
     verdicts.append(replace(c.representability_verdict(model, certificates, width), corpus=first))
+    verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed))
     verdicts += ablation_verdicts(model, first, m.ablation, heads, seed)
     verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
     weight_table = weight_heads(m.weights, heads, m.alignment)
@@ -152,7 +172,7 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
         "certificates": m.certificates,
         "heads": _columns(heads, HEAD_COLUMNS),
         "weights": weight_table,
-        "ablation": m.ablation,
+        "ablation": pd.concat([m.ablation, m.sink_queries], ignore_index=True),
         "cost_layers": m.costs,
         "anchors": pd.DataFrame(
             [{"corpus": corpus, "sink_rate": m.runs[corpus].meta["summary"]["sink_rate"],

@@ -6,6 +6,8 @@ section whose key matches is read back instead of recomputed, so a rerun only do
     MODEL/analyze-CORPUS/   `sinkscope analyze` run (main corpora with the oversmoothing columns; anchors without)
     MODEL/ablate/           `sinkscope ablate` (sink-like and dormant heads vs random heads, zeroed)
     MODEL/ablate-bos/       `sinkscope ablate --mode bos` (sink-like heads vs random heads, attention moved to BOS)
+    MODEL/ablate-sink-queries/  sink-like heads zeroed on their sink queries only vs matched random head-and-query
+                            sets (`pipelines.query_ablation`)
     MODEL/cost-layers/      exact sink/diagonal costs on the model's attention inputs
     MODEL/weights/          spectra of W_QK and W_VO per head
     MODEL/evidence-CORPUS/  per-window sums for the bootstrap intervals (3 passes: δ × ½, 1, 2; anchors 1)
@@ -170,6 +172,32 @@ class ModelSections:
         directory = self.section(label, directory, key, compute)
         return pd.read_parquet(directory / "certificates.parquet"), pd.read_parquet(directory / "pq_alignment.parquet")
 
+    def sink_query_ablation(self, scores_run_dir: Path) -> pd.DataFrame:
+        """The most hard-sink heads zeroed on their sink queries only, vs matched random head-and-query sets
+        (`pipelines.query_ablation`), on the ablation windows of the first corpus."""
+        c = self.config
+        key = {"section": "ablate-sink-queries", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+               "windows": c.ablation_windows, "fraction": c.ablation_fraction, "draws": c.random_draws,
+               "seed": c.seed, "scores": json.loads((scores_run_dir / KEY_FILE).read_text()), "dtype": c.dtype,
+               "version": 1}  # fmt: skip
+        directory = self.out / "ablate-sink-queries"
+
+        def compute(target: Path) -> None:
+            from sinkscope.corpus.windows import windows
+            from sinkscope.pipelines.ablate import count_for_fraction, heads_by_score, scores_from_run
+            from sinkscope.pipelines.query_ablation import sink_query_ablation
+
+            lm = self.lm
+            scores = scores_from_run(scores_run_dir)
+            heads = heads_by_score(scores, "highest-hard-sink", count_for_fraction(len(scores), c.ablation_fraction))
+            batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
+            frame = sink_query_ablation(lm, batches, heads, c.random_draws, c.seed)
+            with swapped_directory(target) as staging:
+                frame.to_parquet(staging / "sink_query_ablation.parquet", index=False)
+
+        label = f"ablate {c.ablation_fraction:g} of heads on their sink queries ({c.ablation_windows} windows)"
+        return pd.read_parquet(self.section(label, directory, key, compute) / "sink_query_ablation.parquet")
+
     def cost_layers(self) -> pd.DataFrame:
         """Exact nuclear-norm sink and diagonal costs (SPEC §6) on unit-normalised attention inputs of real
         windows of `cost_contexts + 1` tokens (z_0 = BOS), every `cost_layer_stride`-th layer."""
@@ -293,12 +321,13 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         scores_dir = sections.out / f"analyze-{slug(first)}"
         ablation = pd.concat([sections.ablation(scores_dir, "zero"), sections.ablation(scores_dir, "bos")],
                              ignore_index=True)  # fmt: skip
+        sink_queries = sections.sink_query_ablation(scores_dir).assign(mode="zero on sink queries")
         costs = sections.cost_layers()
         weights = sections.weights()
         evidence_arrays = {corpus: sections.evidence(corpus, DELTA_SCALES if corpus in config.corpora else (1.0,))
                            for corpus in runs}  # fmt: skip
         certificates, alignment = sections.certificates()
-        measured = Measurements(runs, ablation, costs, weights, evidence_arrays, certificates, alignment)
+        measured = Measurements(runs, ablation, costs, weights, evidence_arrays, certificates, alignment, sink_queries)
         model_verdicts, tables = judge_model(name, config, measured)
         verdicts.extend(model_verdicts)
         evidence[name] = tables
