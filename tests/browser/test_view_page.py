@@ -113,6 +113,7 @@ def test_keyboard_moves_between_heads_and_layers(open_page, built):
         drawn(pw_page, layer, head)
         return layer, head
 
+    pw_page.click("#grid .cell[data-layer='0'][data-head='0']")
     assert at() == (0, 0)
     pw_page.keyboard.press("ArrowRight")
     assert at() == (0, 1)
@@ -125,8 +126,9 @@ def test_keyboard_moves_between_heads_and_layers(open_page, built):
     assert pw_page.locator(f"#grid .cell[data-layer='{L - 1}'][data-head='{H - 1}']").get_attribute("class").endswith("sel")
     tip = hover_cell(pw_page, 8, 2)
     assert abs(float(tip["value"]) - float(attn[L - 1, H - 1, 8, 2])) <= TOLERANCE
-    redrawn(pw_page, lambda: pw_page.keyboard.press("l"))
-    assert pw_page.locator("#scale").input_value() == "log"
+    drawn_log = pw_page.locator("#scale-info").get_attribute("data-log") == "1"
+    redrawn(pw_page, lambda: pw_page.keyboard.press("l"))  # the other scale than the one drawn
+    assert pw_page.locator("#scale").input_value() == ("linear" if drawn_log else "log")
     loaded.assert_clean()
 
 
@@ -134,6 +136,8 @@ def test_token_strip_shows_where_a_token_attends_across_heads(open_page, built):
     page, attn = built
     loaded = ready(open_page, page)
     pw_page = loaded.page
+    pw_page.click("#grid .cell[data-layer='0'][data-head='0']")
+    drawn(pw_page, 0, 0)
     s = 12
     pw_page.click(f".tok[data-t='{s}']")
     pw_page.wait_for_selector(f"#token-panel[data-token='{s}']", timeout=10_000)
@@ -173,6 +177,7 @@ def test_threshold_hides_small_entries_and_log_scale_redraws(open_page, built):
                return sum / (d.length / 4); }"""
         )
 
+    redrawn(pw_page, lambda: pw_page.select_option("#scale", "linear"))
     before = brightness()
     redrawn(pw_page, lambda: pw_page.fill("#threshold", "0.5"))
     assert brightness() > before  # entries below 0.5 are drawn white
@@ -198,4 +203,97 @@ def test_token_text_is_never_parsed_as_html(open_page, model):
             pw_page.click(f"#grid .cell[data-layer='{layer}'][data-head='{head}']")
             drawn(pw_page, layer, head)
             assert pw_page.locator("unk, script:not([id]):not([type])").count() == 1  # only the page's own script
+    loaded.assert_clean()
+
+
+def hand_made_page(model_dir, path, edit=None, tokens: int = 30):
+    """A page of the tiny model on `tokens` tokens whose head (1, 2) is replaced by a hand-made sink: 0.9 of every
+    row t ≥ 1 on BOS, 0.1 spread evenly over keys 1..t. `edit(data)` may change the page data before rendering."""
+    import torch
+
+    from sinkscope.explorer.capture import capture_text, text_ids
+    from sinkscope.explorer.page import page_data, render
+    from sinkscope.explorer.quantise import quantise_maps
+    from sinkscope.models.load import load_model
+
+    lm = load_model(str(model_dir))
+    capture = capture_text(lm, text_ids(lm.tokenizer, [TEXT], tokens))
+    T = capture.attn.shape[-1]
+    sink = torch.zeros(T, T)
+    sink[0, 0] = 1.0
+    for t in range(1, T):
+        sink[t, 0], sink[t, 1 : t + 1] = 0.9, 0.1 / t
+    capture.attn[1, 2] = sink
+    data = page_data(lm, capture, 0.3, 0.1, 8)
+    maps, data["quant"]["offsets"] = quantise_maps(capture.attn, 8)
+    if edit is not None:
+        edit(data)
+    path.write_text(render(data, maps), encoding="utf-8")
+    return capture.attn
+
+
+def coloured_share(pw_page) -> float:
+    """Share of the map's causal cells not drawn (nearly) white: how much of the map a reader can see."""
+    return pw_page.locator("#map").evaluate(
+        """c => { const n = +document.getElementById('map').dataset.cell, T = (c.width - c.dataset.left) / n;
+           const ctx = c.getContext('2d'); let seen = 0, all = 0;
+           for (let t = 1; t < T; t++) for (let k = 0; k <= t; k++) {
+             const p = ctx.getImageData(+c.dataset.left + k * n + n / 2, +c.dataset.top + t * n + n / 2, 1, 1).data;
+             all += 1; if (p[0] < 240) seen += 1; }
+           return seen / all; }"""
+    )
+
+
+def test_viewer_opens_on_the_strongest_sink_with_a_readable_scale_and_the_map_fits(open_page, model, tmp_path):
+    """The rule: open on the largest sink score α = mean_t A[t,0] (here the hand-made head, α ≈ 0.9, against the
+    random heads' ≈ 0.13); its map's median entry (≈ 0.1/t) is far below its largest, so the automatic scale is
+    log and most of the map is visibly coloured, where a linear scale leaves it near white; 30 tokens fit."""
+    model_dir, _ = model
+    attn = hand_made_page(model_dir, tmp_path / "sink.html")
+    alpha = attn[..., :, 0].mean(-1)  # (L, H), independently of sinkscope
+    expected = divmod(int(alpha.flatten().argmax()), alpha.shape[1])
+    assert expected == (1, 2)
+    loaded = open_page(tmp_path / "sink.html", viewport=(1280, 900))
+    pw_page = loaded.page
+    pw_page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    drawn(pw_page, *expected)
+    title = pw_page.locator("#map-title").text_content()
+    assert title.startswith("Layer 1, head 2: sink") and "dense" not in title
+    assert "largest sink score" in pw_page.locator("#opening").text_content()
+    info = pw_page.locator("#scale-info").evaluate("e => ({...e.dataset})")
+    assert info["log"] == "1" and float(info["hi"]) == pytest.approx(0.9, abs=1e-3)
+    auto = coloured_share(pw_page)
+    redrawn(pw_page, lambda: pw_page.select_option("#scale", "linear"))
+    assert auto > 0.9 and coloured_share(pw_page) < 0.5 * auto, auto
+    geometry = pw_page.evaluate("""() => { const c = document.getElementById('map'), w = document.getElementById('map-wrap');
+        return {canvas: c.width, client: w.clientWidth, scroll: w.scrollWidth, right: w.getBoundingClientRect().right}; }""")
+    assert geometry["canvas"] <= geometry["client"] and geometry["scroll"] <= geometry["client"], geometry
+    assert geometry["right"] <= 1280 and int(pw_page.locator("#map").get_attribute("data-cell")) >= 8
+    loaded.assert_clean()
+
+
+def test_markup_in_a_model_name_and_non_finite_numbers_give_a_working_page(open_page, model, tmp_path):
+    """Issue 26 item 13: the data in the <script> element survives every HTML parser state ("<!--", "<script",
+    "</script" in a model name), and NaN/inf values show as a dash instead of breaking JSON.parse."""
+    model_dir, _ = model
+    name = "m<!--<script>x</script><!--"
+
+    def edit(data):
+        data["model"]["name"] = name
+        data["heads"][1][2]["value_drain"] = float("nan")
+        data["layers"][1]["cos_z_mean"] = float("inf")
+
+    hand_made_page(model_dir, tmp_path / "odd.html", edit)
+    html = (tmp_path / "odd.html").read_text()
+    assert "NaN" not in html and "Infinity" not in html and "<!--<script>" not in html
+    loaded = open_page(tmp_path / "odd.html")
+    pw_page = loaded.page
+    pw_page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    drawn(pw_page, 1, 2)
+    assert name in pw_page.locator("h1").text_content() and name in pw_page.title()
+    assert pw_page.evaluate("() => JSON.parse(document.getElementById('data').textContent).model.name") == name
+    assert "value drain –" in pw_page.locator("#head-info").text_content()
+    assert "mean –" in pw_page.locator("#layer-info").text_content()
+    assert pw_page.locator("#grid tr[data-layer='1'] td.lstat").first.text_content() == "–"
+    assert pw_page.locator("script").count() == 3  # data, maps and the page's own: none injected
     loaded.assert_clean()

@@ -76,3 +76,25 @@ def test_marked_keys_are_the_strongest_with_enough_readers():
     assert cell["cls"] == "sink" and cell["sinks"][0][0] == 5
     assert cell["sinks"][0][1] == pytest.approx(0.6 * (T - 11) / (T - 6), abs=1e-4)
     assert all(k < T - 1 - MIN_READERS for k, _ in cell["sinks"])
+
+
+def test_colour_scale_and_opening_head_follow_their_stated_rules():
+    """`colour_scales` against numpy over the causal entries of rows t ≥ 1; `opening_head` is the argmax of
+    α = mean_t A[t,0], computed here by a loop."""
+    from sinkscope.explorer.page import LOG_WHEN_MEDIAN_BELOW, colour_scales, opening_head
+
+    attn = torch.cat([causal_maps(2, 3, 12, 0.1), causal_maps(1, 3, 12, 30.0, seed=1)])  # dense, then peaked
+    scales = colour_scales(attn)
+    a = attn.double().numpy()
+    for layer in range(3):
+        for head in range(3):
+            entries = np.array([a[layer, head, t, k] for t in range(1, 12) for k in range(t + 1)])
+            hi, median = entries.max(), np.median(entries)
+            scale = scales[layer][head]
+            assert scale["hi"] == pytest.approx(hi, abs=1e-6) and scale["median"] == pytest.approx(median, abs=1e-6)
+            assert scale["log"] == (median < LOG_WHEN_MEDIAN_BELOW * hi)
+            assert scale["lo"] == pytest.approx(hi * 1e-3, rel=1e-4)
+    assert not scales[0][0]["log"] and all(s["log"] for s in scales[2])  # near-uniform: linear; peaked: log
+    alpha = [[sum(a[l, h, t, 0] for t in range(12)) / 12 for h in range(3)] for l in range(3)]
+    best = max(((l, h) for l in range(3) for h in range(3)), key=lambda lh: alpha[lh[0]][lh[1]])
+    assert opening_head(attn) == best

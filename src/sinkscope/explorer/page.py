@@ -40,6 +40,10 @@ from sinkscope.stats.patterns import (
 from sinkscope.stats.switch import value_drain
 
 TOP_SINKS = 3  # strongest non-BOS keys marked per head
+# The automatic colour scale of a map is logarithmic when its median entry is below this share of its largest:
+# on a linear scale more than half the map would then be drawn within 5% of white (a dense head on 256 tokens).
+LOG_WHEN_MEDIAN_BELOW = 0.05
+LOG_DECADES = 3  # a log scale spans [largest · 10^-3, largest]
 # A key's `received` averages over its later tokens; keys near the end have a few readers and would win by chance,
 # so the marked keys are those with at least this many readers (fewer in a short text: half of it).
 MIN_READERS = 16
@@ -126,6 +130,60 @@ def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) 
     return table
 
 
+def colour_scales(attn: Tensor) -> list[list[dict]]:
+    """Per (layer, head): the map's automatic colour scale from its dynamic range. Over the causal entries of the
+    queries t ≥ 1 (row 0 is always A[0,0] = 1): `hi` the largest, `median` the median; `log` when median <
+    LOG_WHEN_MEDIAN_BELOW · hi, spanning [`lo`, `hi`] with `lo` = hi · 10^-LOG_DECADES; else linear over [0, hi]."""
+    L, H, T, _ = attn.shape
+    rows, cols = torch.tril_indices(T, T, offset=0)
+    keep = rows >= 1
+    entries = attn[..., rows[keep], cols[keep]].double()  # (L, H, T(T+1)/2 - 1)
+    hi = entries.amax(-1)
+    median = entries.quantile(0.5, dim=-1) if entries.shape[-1] < 2**24 else entries.median(-1).values
+    scales = []
+    for layer in range(L):
+        scales.append([{
+            "log": bool(median[layer, head] < LOG_WHEN_MEDIAN_BELOW * hi[layer, head]),
+            "hi": round(float(hi[layer, head]), 6),
+            "lo": round(float(hi[layer, head]) * 10.0**-LOG_DECADES, 9),
+            "median": round(float(median[layer, head]), 6),
+        } for head in range(H)])  # fmt: skip
+    return scales
+
+
+def opening_head(attn: Tensor) -> tuple[int, int]:
+    """The head the page opens on: the largest sink score α = mean_t A[t,0] on this text (the first such head in
+    layer, head order when several tie). A head with a strong sink is the pattern the page is about, and its map
+    is rarely the near-blank map of a dense head."""
+    alpha = sink_score(attn.double())  # (L, H)
+    index = int(alpha.flatten().argmax())
+    return divmod(index, alpha.shape[1])
+
+
+def finite(value):
+    """`value` with every NaN or ±inf float (a value drain of zero values, a cosine of a zero vector) replaced by
+    None, so the page's JSON is valid (JSON has no NaN) and shows a dash there."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def script_json(data: dict) -> str:
+    """`data` as JSON that is safe inside a `<script>` element in every HTML parser state: every "<" is written
+    as the escape \\u003c, so no "</script", "<script" or "<!--" (which would end the element or switch the
+    parser into its escaped states) can appear, whatever a model name or token holds; JSON.parse reads the same
+    string back. Non-finite numbers must have been replaced (`finite`): they are refused here."""
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as err:
+        raise SinkscopeError(f"the view page's data holds a non-finite number ({err}); this is a bug in sinkscope") from err
+    return text.replace("<", "\\u003c")
+
+
 def layer_table(capture: TextCapture, delta: float) -> list[dict]:
     """Per layer of one text: BOS cosine of z and norm ratio of h (SPEC §4), and the MLP-like tokens (SPEC §3):
     queries t ≥ 1 at which every head is hard-sink or hard-diagonal."""
@@ -155,8 +213,11 @@ def token_labels(tokenizer, ids: Tensor) -> list[str]:
 def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: float, bits: int) -> dict:
     """Everything the page shows except the maps, as JSON-ready values."""
     L, H, T, _ = capture.attn.shape
+    layer, head = opening_head(capture.attn)
     return {
         "model": {k: v for k, v in lm.identity.items() if isinstance(v, str | int | float)},
+        "open": {"layer": layer, "head": head},
+        "scales": colour_scales(capture.attn),
         "n_layers": L,
         "n_heads": H,
         "n_tokens": T,
@@ -172,10 +233,11 @@ def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: floa
 
 def render(data: dict, maps: str) -> str:
     """The page: the template with `data` as JSON (`data["quant"]["offsets"]` locating each head's stream in
-    `maps`) and the quantised maps as base64."""
-    # The builder escapes every text (token texts are arbitrary). JSON inside <script> must not contain "</" (it would end the element); "<\/" parses to the same string.
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    return render_page("view.html.j2", data=data, data_json=payload, maps=maps)
+    `maps`) and the quantised maps as base64. The builder escapes every text of the markup (token texts and model
+    names are arbitrary); the JSON is escaped for the script element (`script_json`); non-finite numbers become
+    null (`finite`), shown as a dash."""
+    data = finite(data)
+    return render_page("view.html.j2", data=data, data_json=script_json(data), maps=maps)
 
 
 def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float, bits: int) -> list[str]:
