@@ -6,6 +6,8 @@ The runs come from tiny random-weight models (a 2-layer Llama from a config, a 1
 whole module takes seconds of model time.
 """
 
+import contextlib
+import io
 import json
 
 import pandas as pd
@@ -40,9 +42,12 @@ def runs(tmp_path_factory):
     for name, where, source, extra in (("prose_run", model, str(corpus), ["--smoothing"]),
                                        ("random_run", model, "builtin:random", []),
                                        ("deep_run", deep, str(corpus), [])):  # fmt: skip
-        code = main(["analyze", "--model", str(where), "--corpus", source, "--seq-len", "16", "--max-windows", "6",
-                     "--geometry-cap", "24", "--out", str(root / name), "--quiet", *extra])  # fmt: skip
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["analyze", "--model", str(where), "--corpus", source, "--seq-len", "16", "--max-windows",
+                         "6", "--geometry-cap", "24", "--out", str(root / name), "--quiet", *extra])  # fmt: skip
         assert code == 0
+        (root / name / "printed.txt").write_text(printed.getvalue())
     names = [str(root / name) for name in ("prose_run", "random_run", "deep_run")]
     assert main(["report", *names, "--out", str(root / "cmp.html")]) == 0
     return root
@@ -93,6 +98,17 @@ def test_analyze_report_loads_cleanly_and_shows_the_runs_numbers(runs, open_page
     assert len(facts["alts"]) >= 5
     assert sorted(p.name for p in (run / "figures").glob("*.svg")) == sorted(
         p.with_suffix(".svg").name for p in (run / "figures").glob("*.png"))  # vector beside every PNG
+
+
+def test_analyze_closing_line_says_what_the_numbers_mean(runs):
+    meta = json.loads((runs / "random_run" / "run.json").read_text())
+    line = (runs / "random_run" / "printed.txt").read_text().strip().splitlines()[-1]
+    s = meta["summary"]
+    assert line.startswith("model on builtin:random (T=16, 6 windows): ")
+    assert f"sink rate {s['sink_rate']:.3f}: in {s['sink_rate']:.1%} of (window, layer, head) the head gave BOS more " \
+           "than ε = 0.3 of its attention" in line
+    assert f"on average a head gives {s['mean_sink_score']:.3f} of its attention to BOS" in line
+    assert f"and {s['mean_diag_score']:.3f} to the token itself" in line and "docs/statistics.md" in line
 
 
 def test_report_page_at_1280_fits_and_the_screenshot_renders(runs, open_page, tmp_path):

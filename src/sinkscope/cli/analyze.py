@@ -141,9 +141,11 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     summary = result.meta["summary"]
     print(
         f"{result.meta['model']['name']} on {args.corpus} (T={args.seq_len}, {stream.count} windows): "
-        f"sink rate {summary['sink_rate']:.3f} at ε={args.epsilon} (per window; "
-        f"{summary['sink_rate_of_mean']:.3f} thresholding the window-mean); "
-        f"mean sink score {summary['mean_sink_score']:.3f}, mean diagonal score {summary['mean_diag_score']:.3f}"
+        f"sink rate {summary['sink_rate']:.3f}: in {summary['sink_rate']:.1%} of (window, layer, head) the head "
+        f"gave BOS more than ε = {args.epsilon} of its attention, averaged over queries "
+        f"({summary['sink_rate_of_mean']:.3f} when each head's window-mean is thresholded instead); on average a "
+        f"head gives {summary['mean_sink_score']:.3f} of its attention to BOS and {summary['mean_diag_score']:.3f} "
+        "to the token itself (definitions: docs/statistics.md)"
     )
     print(f"wrote {out}/ (report: {out / 'report.html'})", file=sys.stderr)
     return 0
