@@ -402,3 +402,92 @@ def test_export_replaces_only_an_earlier_export_and_never_half(finished, tmp_pat
     assert snapshot(finished / "csv") == before  # the earlier export, untouched
     line = one_error(capsys, ["export", str(finished), "--format", "csv", "--out", str(tmp_path / "new")])
     assert not (tmp_path / "new").exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+# --- 10. the GGUF cache never keeps a half conversion ---------------------------------------------------------
+
+FAKE_GGUF = (
+    "import pathlib, sys, time, transformers\n"
+    "tiny, ready = sys.argv[1], pathlib.Path(sys.argv[2])\n"
+    "real_model = transformers.AutoModelForCausalLM.from_pretrained\n"
+    "real_tokenizer = transformers.AutoTokenizer.from_pretrained\n"
+    "transformers.AutoModelForCausalLM.from_pretrained = (\n"
+    "    lambda path, *a, gguf_file=None, **k: real_model(tiny if gguf_file else path, *a, **k))\n"
+    "transformers.AutoTokenizer.from_pretrained = (\n"
+    "    lambda path, *a, gguf_file=None, **k: real_tokenizer(tiny if gguf_file else path, *a, **k))\n"
+    "real_save = transformers.PreTrainedModel.save_pretrained\n"
+    "def slow_save(self, *a, **k):\n"
+    "    real_save(self, *a, **k)\n"
+    "    ready.touch()\n"
+    "    time.sleep(120)\n"
+    "transformers.PreTrainedModel.save_pretrained = slow_save\n"
+    "from sinkscope.cli.main import main; sys.exit(main(sys.argv[3:]))"
+)
+
+
+def test_an_interrupted_gguf_conversion_leaves_nothing_in_the_cache(tiny, tmp_path, monkeypatch):
+    """A real `sinkscope analyze` of a .gguf (its conversion replaced by the tiny model, its save held) is stopped by
+    SIGTERM while writing the cache: no `.partial-*` stays. A conversion left by a killed process is removed by the
+    next one."""
+    model, corpus = tiny
+    gguf, cache, ready = tmp_path / "m.gguf", tmp_path / "cache", tmp_path / "ready"
+    gguf.write_bytes(b"GGUF stand-in")
+    argv = [sys.executable, "-c", FAKE_GGUF, str(model), str(ready), "analyze", "--model", str(gguf), "--corpus",
+            str(corpus), "--seq-len", "8", "--max-windows", "2", "--out", str(tmp_path / "run")]  # fmt: skip
+    child = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={**os.environ, "SINKSCOPE_CACHE": str(cache)})
+    wait_for(ready, child)
+    assert [".partial-" in p.name for p in (cache / "gguf").iterdir()] == [True]  # the conversion is being written
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 143 and "interrupted by SIGTERM" in err, err
+    assert list((cache / "gguf").iterdir()) == [] and not (tmp_path / "run").exists()
+    # SIGKILL leaves a conversion behind; the next conversion removes it (its process is gone) and caches the model
+    from sinkscope.models.load import _dequantized_gguf, file_sha256
+
+    sha256 = file_sha256(gguf)
+    stale = cache / "gguf" / f".{sha256[:32]}.partial-{dead_pid()}-x1y2"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    monkeypatch.setenv("SINKSCOPE_CACHE", str(cache))
+    import transformers
+
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
+        real = auto.from_pretrained
+        monkeypatch.setattr(auto, "from_pretrained", lambda path, *a, real=real, gguf_file=None, **k: real(model))
+    target = _dequantized_gguf(gguf, sha256)
+    assert [p.name for p in (cache / "gguf").iterdir()] == [target.name] and (target / "model.safetensors").is_file()
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+# --- 14. one line instead of a traceback ---------------------------------------------------------------------
+
+
+def test_damaged_model_directories_are_one_line(tiny, tmp_path, capsys):
+    import shutil
+
+    model, corpus = tiny
+
+    def damaged(name, damage):
+        copy = tmp_path / name
+        shutil.copytree(model, copy)
+        damage(copy)
+        return copy
+
+    weights = (model / "model.safetensors").read_bytes()
+    config = json.loads((model / "config.json").read_text())
+    cases = {
+        "truncated weights": (damaged("t", lambda d: (d / "model.safetensors").write_bytes(weights[:300])),
+                              "safetensors weights are truncated or damaged"),
+        "garbage weights": (damaged("g", lambda d: (d / "model.safetensors").write_bytes(os.urandom(1000))),
+                            "safetensors weights are truncated or damaged"),
+        "no heads": (damaged("h", lambda d: (d / "config.json").write_text(
+            json.dumps({**config, "num_attention_heads": 0}))), "gives num_attention_heads 0; it must be a positive"),
+    }  # fmt: skip
+    for case, (directory, message) in cases.items():
+        line = one_error(capsys, analyze_args((directory, corpus), "--out", str(tmp_path / case)))
+        assert message in line and str(directory) in line, f"{case}: {line}"

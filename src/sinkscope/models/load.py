@@ -21,6 +21,7 @@ from torch import nn
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import Family, HeadLayout, decoder_layers, family_for, head_layout
+from sinkscope.staging import clean_stale
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -162,17 +163,30 @@ def _dequantized_gguf(path: Path, sha256: str) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(target)  # conversions of processes that were killed (`.NAME.partial-PID-*`, PID dead)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-{os.getpid()}-"))
+    except OSError as err:
+        raise SinkscopeError(_cache_error(target, err)) from None
     try:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         os.replace(staging, target)
-    except OSError:
+    except BaseException as err:  # Ctrl-C and SIGTERM too: a half-written copy (hundreds of MB) never stays
         shutil.rmtree(staging, ignore_errors=True)
-        if not target.is_dir():  # another process may have won the race; anything else is real
+        if not isinstance(err, OSError):
             raise
+        if not target.is_dir():  # another process may have won the race; anything else is real
+            raise SinkscopeError(_cache_error(target, err)) from None
     return target
+
+
+def _cache_error(target: Path, err: OSError) -> str:
+    return (
+        f"cannot write the model cache {target}: {err.strerror or err}; free space there or set SINKSCOPE_CACHE to "
+        "a folder with room"
+    )
 
 
 def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
@@ -200,6 +214,7 @@ def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
                 f"directory {path} holds no Hugging Face model (no config.json); pass a model directory, "
                 f"a .gguf file, a hub id, or one of: {', '.join(EMBEDDED)}"
             )
+        _check_config(path / "config.json")
         return path, {"name": path.name, "source": "directory", "path": str(path.resolve())}
     if path.exists() or name_or_path.count("/") != 1 or name_or_path.startswith((".", "/", "~")):
         raise SinkscopeError(
@@ -207,6 +222,30 @@ def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
             "a model directory, a .gguf file or a hub id (org/name)"
         )
     return name_or_path, {"name": name_or_path, "source": "hub", "path": name_or_path}
+
+
+# Sizes a model directory's config.json must give as positive integers when it gives them at all.
+POSITIVE_SIZES = ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "hidden_size", "head_dim",
+                  "vocab_size")  # fmt: skip
+
+
+def _check_config(path: Path) -> None:
+    """One clear line for a config.json that is not JSON or whose sizes are not positive (transformers would
+    fail deep inside with e.g. 'integer modulo by zero')."""
+    import json
+
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SinkscopeError(f"{path} is not a readable JSON config ({err}); restore the model's config.json") from None
+    sections = [config, config.get("text_config")] if isinstance(config, dict) else [None]
+    for section in sections:
+        for key in POSITIVE_SIZES if isinstance(section, dict) else ():
+            value = section.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SinkscopeError(f"{path} gives {key} {value!r}; it must be a positive integer: fix the config")
+    if not isinstance(config, dict):
+        raise SinkscopeError(f"{path} is not a JSON object; restore the model's config.json")
 
 
 def _gguf_source(gguf: Path, expected_sha256: str | None = None, fix: str = "") -> tuple[Path, dict]:
@@ -234,13 +273,18 @@ def load_model(
     float32 (default), bfloat16, float16. `device_map="auto"` spreads a model too large for one device over all
     visible devices (accelerate) and ignores `device`. The model is put in eval mode with gradients off.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
         raise SinkscopeError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     device = resolve_device(device)
     source, identity = _resolve(name_or_path)
     try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+        config = getattr(config, "text_config", None) or config
+        family = family_for(config.model_type, config)  # before the weights: a refused model type loads nothing
+        if not family.sdpa and attn_implementation == "sdpa":
+            attn_implementation = "eager"  # transformers has no sdpa path for it; an analysis routes it anyway
         model = AutoModelForCausalLM.from_pretrained(
             source,
             dtype=DTYPES[dtype],
@@ -261,11 +305,16 @@ def load_model(
                 f"model '{name_or_path}' needs custom code; pass --trust-remote-code if you trust its source"
             ) from err
         raise SinkscopeError(f"could not load model '{name_or_path}': {str(err)[:300]}") from err
+    except Exception as err:  # safetensors' SafetensorError on a truncated or foreign weights file, and the like
+        fix = ("its safetensors weights are truncated or damaged: copy or download them again"
+               if "safetensor" in type(err).__name__.lower() else "check its config.json and files")  # fmt: skip
+        raise SinkscopeError(
+            f"could not load model '{name_or_path}' ({type(err).__name__}: {str(err)[:200]}); {fix}"
+        ) from None
     if device_map is None:
         model.to(device)
     model.eval().requires_grad_(False)
     config = getattr(model.config, "text_config", None) or model.config
-    family = family_for(config.model_type, config)
     identity.update(
         model_type=config.model_type,
         family=family.name,
