@@ -261,7 +261,8 @@ def key_token_tables(ids: torch.Tensor, received: torch.Tensor, epsilon: float, 
             long_rows.append({"token_id": token_id, "layer": layer, "n": e["n"],
                               "received_mean": e["sum"][layer] / (e["n"] * H),
                               "sink_frac": e["over"][layer] / (e["n"] * H)})  # fmt: skip
-    return pd.DataFrame(rows), pd.DataFrame(long_rows)
+    return (pd.DataFrame(rows, columns=["token_id", "token", "n", "received_mean", "sink_frac"]),
+            pd.DataFrame(long_rows, columns=["token_id", "layer", "n", "received_mean", "sink_frac"]))
 
 
 def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements: int | None = None) -> tuple:

@@ -1,8 +1,9 @@
 """Property-based tests (hypothesis) of `sinkscope analyze` over corpora and arguments.
 
 Whatever the corpus bytes (random, other encodings, empty documents, huge lines, JSONL of any shape) and whatever
-the integer arguments, the command either writes a run whose tables agree with each other, or exits 2 with exactly
-one `error:` line and no traceback, leaving no temporaries behind. A tiny random Llama keeps each example short.
+the integer arguments, the command either writes a run whose every table equals the eager reference on the same
+windows (tests/integration/eager_reference.py), or exits 2 with exactly one `error:` line and no traceback, leaving
+no temporaries behind. A tiny random Llama keeps each example short.
 """
 
 import contextlib
@@ -11,24 +12,33 @@ import json
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import sinkscope.report.html
 from sinkscope.cli.main import main
+from sinkscope.corpus.windows import windows
 
+from .eager_reference import KEYS, compare, eager_reference
 from .tiny_checkpoint import WORDS, save_tiny_llama, write_corpus
 
-N_LAYERS, N_HEADS = 2, 4  # save_tiny_llama's config
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return save_tiny_llama(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    """The saved model and its tokenizer as plain transformers loads them, for the eager reference."""
+    lm = AutoModelForCausalLM.from_pretrained(model).eval().requires_grad_(False)
+    return lm, AutoTokenizer.from_pretrained(model)
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +55,8 @@ def analyze(model: Path, corpus: Path, out: Path, *args: str) -> tuple[int, str]
     return code, stderr.getvalue()
 
 
-def assert_run_or_one_error(code: int, stderr: str, out: Path, seq_len: int, max_windows: int, epsilon: float):
+def assert_run_or_one_error(code: int, stderr: str, out: Path, reference, corpus: Path, seq_len: int,
+                            max_windows: int, epsilon: float = 0.3, tau: float = 0.1) -> None:
     assert "Traceback" not in stderr, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("sinkscope analyze: error: ")]
     event("a run" if code == 0 else "one error: " + (errors[0][26:].replace(str(out.parent), "")[:40] if errors else ""))
@@ -54,24 +65,21 @@ def assert_run_or_one_error(code: int, stderr: str, out: Path, seq_len: int, max
         assert not out.exists()
     else:
         assert code == 0 and not errors, stderr
-        assert_consistent(out, seq_len, max_windows, epsilon)
+        assert_equals_reference(out, reference, corpus, seq_len, max_windows, epsilon, tau)
     assert not [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
 
 
-def assert_consistent(out: Path, seq_len: int, max_windows: int, epsilon: float) -> None:
-    """The three tables and run.json describe the same run."""
+def assert_equals_reference(out: Path, reference, corpus: Path, seq_len: int, max_windows: int, epsilon: float,
+                            tau: float) -> None:
+    """Every table of the run directory and run.json's summary equal the eager reference on the same windows."""
+    model, tokenizer = reference
     meta = json.loads((out / "run.json").read_text())
-    heads, layers, positions = (pd.read_parquet(out / f"{n}.parquet") for n in ("heads", "layers", "positions"))
     assert 1 <= meta["corpus"]["windows"] <= max_windows and meta["corpus"]["seq_len"] == seq_len
-    assert len(heads) == N_LAYERS * N_HEADS and len(layers) == N_LAYERS and len(positions) == N_LAYERS * seq_len
-    for column in ("sink_score", "diag_score"):
-        assert heads[column].between(0, 1).all()
-    # The sink score α_0 of a head is its key score at position 0: the positions table, averaged over heads.
-    at_bos = positions[positions["position"] == 0].set_index("layer")["mean_key_score"]
-    np.testing.assert_allclose(at_bos.to_numpy(), heads.groupby("layer")["sink_score"].mean().to_numpy(), atol=1e-9)
-    rate = heads.groupby("layer")["sink_score"].apply(lambda s: (s > epsilon).mean())
-    np.testing.assert_allclose(layers["sink_rate"].to_numpy(), rate.to_numpy())
-    assert meta["summary"]["sink_rate"] == pytest.approx((heads["sink_score"] > epsilon).mean())
+    ids = torch.cat(list(windows(str(corpus), tokenizer, seq_len, max_windows)))
+    assert len(ids) == meta["corpus"]["windows"]
+    tables = {name: pd.read_parquet(out / f"{name}.parquet") for name in KEYS}
+    expected = eager_reference(model, ids, epsilon, 0.1, tau, geometry=False, tokenizer=tokenizer)
+    compare(tables, meta["summary"], expected, f"T={seq_len} ε={epsilon} τ={tau}:")
 
 
 word = st.sampled_from(WORDS[3:]) | st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=12)
@@ -99,24 +107,24 @@ jsonl_line = st.one_of(
 
 @FAST
 @given(data=text_bytes, seq_len=st.integers(2, 12), max_windows=st.integers(1, 4))
-def test_any_text_file_gives_a_consistent_run_or_one_error(model, data, seq_len, max_windows):
+def test_any_text_file_gives_a_consistent_run_or_one_error(model, reference, data, seq_len, max_windows):
     with tempfile.TemporaryDirectory() as root:
         corpus = Path(root) / "corpus.txt"
         corpus.write_bytes(data)
         out = Path(root) / "run"
         code, stderr = analyze(model, corpus, out, "--seq-len", str(seq_len), "--max-windows", str(max_windows))
-        assert_run_or_one_error(code, stderr, out, seq_len, max_windows, 0.3)
+        assert_run_or_one_error(code, stderr, out, reference, corpus, seq_len, max_windows)
 
 
 @FAST
 @given(lines=st.lists(jsonl_line, max_size=8), seq_len=st.integers(2, 8))
-def test_any_jsonl_gives_a_consistent_run_or_one_error(model, lines, seq_len):
+def test_any_jsonl_gives_a_consistent_run_or_one_error(model, reference, lines, seq_len):
     with tempfile.TemporaryDirectory() as root:
         corpus = Path(root) / "corpus.jsonl"
         corpus.write_text("\n".join(lines))
         out = Path(root) / "run"
         code, stderr = analyze(model, corpus, out, "--seq-len", str(seq_len), "--max-windows", "3")
-        assert_run_or_one_error(code, stderr, out, seq_len, 3, 0.3)
+        assert_run_or_one_error(code, stderr, out, reference, corpus, seq_len, 3)
         if code == 2 and "JSON" in stderr:
             assert f"{corpus}:" in stderr  # a JSONL error names file:line
 
@@ -140,12 +148,13 @@ def arguments(draw) -> dict:
 
 @FAST
 @given(values=arguments())
-def test_any_arguments_give_a_consistent_run_or_one_error(model, values):
+def test_any_arguments_give_a_consistent_run_or_one_error(model, reference, values):
     with tempfile.TemporaryDirectory() as root:
         corpus = write_corpus(Path(root) / "corpus.txt", documents=20, words=10)
         out = Path(root) / "run"
         code, stderr = analyze(model, corpus, out, *(f"--{k}={v}" for k, v in values.items()))
-        assert_run_or_one_error(code, stderr, out, values["seq-len"], values["max-windows"], values["epsilon"])
+        assert_run_or_one_error(code, stderr, out, reference, corpus, values["seq-len"], values["max-windows"],
+                                values["epsilon"], values["tau"])
         invalid = (values["seq-len"] < 2 or min(values["max-windows"], values["batch-size"]) < 1
                    or not 0 < values["epsilon"] < 1 or not 0 < values["tau"] < 1 or values["checkpoint-every"] < 0)
         assert code == (2 if invalid else 0), stderr
