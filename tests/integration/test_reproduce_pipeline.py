@@ -50,17 +50,19 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
         assert (out / "tables" / f"{name}.csv").stat().st_size > 0
     assert first["reused"][tiny_model] == []
     stamps = section_stamps(out)
-    # 3 analyses and their 3 per-window evidence passes, certificates, ablate (zero, bos), cost-layers, weights, theory
-    assert len(stamps) == 12
+    # 3 analyses and their 3 per-window evidence passes, certificates, ablate (zero, bos, sink queries),
+    # cost-layers, weights, theory
+    assert len(stamps) == 13
 
     second = reproduce(config, out)
-    assert len(second["reused"][tiny_model]) == 11 and second["section_seconds"][tiny_model] == {}
+    assert len(second["reused"][tiny_model]) == 12 and second["section_seconds"][tiny_model] == {}
     assert section_stamps(out) == stamps  # nothing recomputed
     assert json.loads((out / "verdicts.json").read_text()) == records
 
     third = reproduce(ReproduceConfig.preset(True, **{**_overrides(config), "ablation_fraction": 0.25}), out)
     assert list(third["section_seconds"][tiny_model]) == ["ablate 0.25 of heads (2 windows)",
-                                                          "ablate (bos) 0.25 of heads (2 windows)"]
+                                                          "ablate (bos) 0.25 of heads (2 windows)",
+                                                          "ablate 0.25 of heads on their sink queries (2 windows)"]
 
 
 def _overrides(config):
