@@ -117,6 +117,8 @@ def _run_page(run: ReportedRun, name: str, figures_dir: Path | None) -> dict:
         f"BOS id={cell_text(meta['corpus'].get('bos_id'))}, dtype={cell_text(meta['model'].get('dtype'))}, "
         f"sinkscope {cell_text(versions.get('sinkscope'))}, transformers {cell_text(versions.get('transformers'))}"
     )
+    if meta["model"].get("build"):  # an embedded model: a quantised build, not the original checkpoint
+        details = f"{meta['model']['build']}; {details}"
     return {"title": f"{name}: {figure_label(run)}", "directory": cell_text(meta.get("directory")),
             "details": details, "figures": pngs, "sections": extras}  # fmt: skip
 
