@@ -491,3 +491,19 @@ def test_damaged_model_directories_are_one_line(tiny, tmp_path, capsys):
     for case, (directory, message) in cases.items():
         line = one_error(capsys, analyze_args((directory, corpus), "--out", str(tmp_path / case)))
         assert message in line and str(directory) in line, f"{case}: {line}"
+
+
+def test_bad_bos_id_and_set_values_are_one_line(tiny, tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "o")
+    with monkeypatch.context() as patch:
+        patch.setattr(sinkscope.models.load, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+        assert "--bos-id -5 is not a token id" in one_error(capsys, analyze_args(tiny, "--out", out, "--bos-id", "-5"))
+        line = one_error(capsys, ["train-bb", "--out", out, "--set", "train.steps=abc"])
+        assert "--set train.steps='abc': expected an integer for train.steps" in line
+    line = one_error(capsys, analyze_args(tiny, "--out", out, "--bos-id", "999999"))
+    assert "--bos-id 999999 is not a token of the model (its ids are 0 to 63)" in line
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"a": {"train.lr": "fast"}}))
+    line = one_error(capsys, ["train-bb", "--out", out, "--grid", str(grid)])
+    assert "--grid run 'a': train.lr='fast': expected a number for train.lr" in line
+    assert not (tmp_path / "o").exists()

@@ -50,6 +50,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     for name in ("max_windows", "batch_size"):
         if getattr(args, name) < 1:
             raise SinkscopeError(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least 1")
+    if getattr(args, "bos_id", None) is not None and args.bos_id < 0:
+        raise SinkscopeError(f"--bos-id {args.bos_id} is not a token id; token ids are ≥ 0")
     if getattr(args, "checkpoint_every", 0) < 0:
         raise SinkscopeError(f"--checkpoint-every {args.checkpoint_every} must be ≥ 0 (0: no checkpoints)")
 
@@ -99,10 +101,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
+    import torch
+
     from sinkscope.corpus.windows import windows
     from sinkscope.errors import SinkscopeError
     from sinkscope.models.load import load_model
-    from sinkscope.pipelines.analysis import analyze, check_seq_len
+    from sinkscope.pipelines.analysis import analyze, check_bos_id, check_seq_len
     from sinkscope.pipelines.checkpoint import remove_checkpoint
     from sinkscope.pipelines.distributed import distributed_context
 
@@ -113,6 +117,7 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
             device_map=args.device_map,
         )  # fmt: skip
         check_seq_len(lm, args.seq_len)
+        check_bos_id(lm, args.bos_id)
         stream = windows(
             args.corpus, lm.tokenizer, args.seq_len, args.max_windows,
             bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
@@ -129,6 +134,7 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
             f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "
             f"{smooth['frac_observed_rise']:.3f}; sign agreement {smooth['sign_agreement']:.3f}"
         )
+    result.meta["timings"]["threads"] = torch.get_num_threads()  # --threads, or torch's default (one per core)
     try:
         result.save(out, overwrite=True)  # --out was checked and claimed at the start
     except SinkscopeError as err:  # a full disk: the checkpoint (if any) still holds the whole pass

@@ -153,8 +153,10 @@ def _check_resumable(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sinkscope.staging import claimed_output
+    from sinkscope.synthetic.experiments import check_override_types
 
     overrides = _overrides(args)
+    check_override_types(overrides, "--set")
     seeds = _seeds(args.seeds)
     is_grid = bool(args.grid or seeds)
     if is_grid:

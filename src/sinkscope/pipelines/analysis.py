@@ -26,6 +26,7 @@ from sinkscope.provenance import package_versions
 from sinkscope.statistics.bos_geometry import BosGeometry
 from sinkscope.statistics.certificates import HalfSpaceCertificates
 from sinkscope.statistics.key_tokens import KeyTokens
+from sinkscope.statistics.learned_sink import LearnedSinkScores
 from sinkscope.statistics.pattern_scores import PatternScores
 from sinkscope.statistics.smoothing_curves import LAMBDAS, SmoothingCurves
 from sinkscope.statistics.statistic import Statistic, Tables
@@ -68,6 +69,15 @@ def check_seq_len(lm: LoadedModel, seq_len: int) -> None:
     limit = lm.max_positions
     if limit is not None and seq_len > limit:
         raise SinkscopeError(f"--seq-len {seq_len} exceeds the model's context of {limit} tokens; use ≤ {limit}")
+
+
+def check_bos_id(lm: LoadedModel, bos_id: int | None) -> None:
+    """A clear error for a `--bos-id` outside the model's vocabulary (the embedding would fail mid-pass)."""
+    if bos_id is None:
+        return
+    vocab = lm.model.get_input_embeddings().num_embeddings
+    if not 0 <= bos_id < vocab:
+        raise SinkscopeError(f"--bos-id {bos_id} is not a token of the model (its ids are 0 to {vocab - 1})")
 
 
 @torch.no_grad()
@@ -203,7 +213,7 @@ def statistics_for(
     progress: bool = False,
 ) -> list[Statistic]:
     """The statistics of an analysis, in the order their columns appear: pattern scores (SPEC §2), switches
-    (§3), Gu et al.'s per-window sink rate, BOS geometry and, with `geometry_cap` > 0, the half-space certificates
+    (§3), Gu et al.'s per-window sink rate, the learned-sink scores (models with one), BOS geometry and, with `geometry_cap` > 0, the half-space certificates
     (§4), the key-token table (§2) and, with `smoothing` (True: every layer; or a list of layers), the
     oversmoothing curves (§5)."""
     L, H, T, device = len(lm.layers), lm.layout.n_heads, seq_len, lm.device
@@ -213,6 +223,8 @@ def statistics_for(
         WindowSinkRate(L, H, T, config.thresholds, device),
         BosGeometry(L, T, device),
     ]
+    if lm.family.learned_sink is not None:  # gpt-oss: the learned sink's columns beside the BOS sink's
+        statistics.insert(3, LearnedSinkScores(L, H, T, config.epsilon, config.delta, config.tau, device))
     if config.geometry_cap > 0:
         statistics.append(HalfSpaceCertificates(config.geometry_cap, config.seed, progress))
     statistics.append(KeyTokens(L, H, T, config.epsilon, lm.tokenizer, device))

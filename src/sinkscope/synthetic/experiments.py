@@ -65,6 +65,31 @@ def load_grid(name_or_path: str) -> dict[str, dict[str, Any]]:
     return grid
 
 
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def check_override_types(overrides: dict[str, Any], source: str) -> None:
+    """Refuse in one line an override whose value has the wrong type for its field (`train.steps` 'abc'),
+    which the config would otherwise meet deep inside as a TypeError. `source` names where it came from."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    sections = get_type_hints(RunConfig)
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        if section not in sections:
+            continue  # with_overrides names the unknown key
+        kind = next((get_type_hints(sections[section])[f.name] for f in fields(sections[section]) if f.name == name),
+                    None)  # fmt: skip
+        if kind not in _KINDS:
+            continue
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise SinkscopeError(f"{source} {key}={value!r}: expected {_KINDS[kind]} for {key}")
+
+
 # Columns of summary.parquet: one row per run (and seed) of a grid.
 SUMMARY_KEYS = (
     "seconds", "loss", "bayes_loss", "excess_loss_noncopy", "copy_acc", "copy_head_wqk_nuc_over_fro",
@@ -173,6 +198,7 @@ def run_grid(
             extra = {} if seed is None else {"train.seed": seed}
             run_dir = child(out_dir, folders[name])
             run_dir = run_dir if seed is None else child(run_dir, f"seed_{seed}")
+            check_override_types(overrides, f"--grid run {name!r}:")
             jobs.append((name, seed, run_dir, base.with_overrides({**overrides, **extra})))
     rows, timelines = [], []
     for name, seed, run_dir, config in jobs:
