@@ -2,9 +2,11 @@
 
 Registered with transformers' attention interface as "sinkscope" (together with a mask function: a custom
 attention function registered without one gets no causal mask, and would silently give wrong sink scores).
-Three paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
+Four paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
 picks one:
 
+- `capture.flex.flex_rows`, on CUDA for plain causal attention at every length: two `flex_attention` calls
+  compiled into fused kernels, no map (the module's doc has the identities).
 - `row_attention`, for plain causal attention (no mask tensor, no softcap) up to `ROWS_UP_TO_SEQ_LEN` tokens
   (at every length where the fused path cannot run):
   query blocks of whole rows (one BLAS product for the logits, one fused softmax, one product with v), each
@@ -15,7 +17,7 @@ picks one:
   O(d); the second is the transposed attention with `−lse_t` folded into the logits, whose log-normaliser is
   the column sum `log c_k = log Σ_{t≥k} A[t,k]` and whose output gives the entropy sum.
 - `blocked_attention`, for everything else (sliding windows shorter than T, padding masks, softcapping):
-  query blocks of about 4 MB, softmaxed, handed to the observer and multiplied by v, so no more than one block
+  query blocks of about 4 MB (256 MB on an accelerator), softmaxed, handed to the observer and multiplied by v, so no more than one block
   of one layer's attention exists at a time.
 Modules that no observer watches fall through to the plain sdpa path.
 """
@@ -31,7 +33,7 @@ from torch import Tensor
 
 from sinkscope.capture import flex
 from sinkscope.capture.layer_rows import LayerRows
-from sinkscope.errors import SinkscopeError
+from sinkscope.capture.learned_sink import learned_sink_attention
 from sinkscope.stats.patterns import entropy_weights
 
 NAME = "sinkscope"
@@ -63,6 +65,7 @@ class _Watch:
     on_block: BlockObserver
     on_values: Callable[[int, Tensor], None]
     on_layer: LayerObserver | None
+    on_learned_sink: Callable[[int, int, Tensor], None] | None = None
 
 
 _watched: dict[int, _Watch] = {}
@@ -293,16 +296,29 @@ def sinkscope_attention(
     **kwargs,
 ) -> tuple[Tensor, None]:
     """transformers attention-interface function: for watched modules the path `attention_path` picks where the
-    watcher takes `LayerRows`, else blocked attention; sdpa for the others."""
+    watcher takes `LayerRows`, else blocked attention; sdpa for the others. Modules with a learned sink (`s_aux`,
+    gpt-oss) take `learned_sink_attention`, watched or not (sdpa has no sink column)."""
     watch = _watched.get(id(module))
-    if watch is None:
+    if watch is None and kwargs.get("s_aux") is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    if kwargs.get("s_aux") is not None:
-        raise SinkscopeError("models with learned attention sinks (s_aux) are not supported yet")
-    watch.on_values(watch.layer, value)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if kwargs.get("s_aux") is not None:  # a learned sink (gpt-oss), which sdpa lacks: its own block path
+        if watch is not None:
+            watch.on_values(watch.layer, value)
+
+        def on_sink_block(start: int, probs: Tensor, entropy: Tensor, block: Tensor, mass: Tensor) -> None:
+            if watch is not None:  # the sink column first, then the block
+                if watch.on_learned_sink is not None:
+                    watch.on_learned_sink(watch.layer, start, mass)
+                watch.on_block(watch.layer, start, probs, entropy, block)
+
+        B, H, T = query.shape[:3]
+        rows = block_rows(B, H, T, block_elements(query.device))
+        return learned_sink_attention(query, key, value, attention_mask, scaling, kwargs["s_aux"], rows,
+                                      on_sink_block), None
+    watch.on_values(watch.layer, value)
     path = attention_path(query, value, attention_mask, softcap) if watch.on_layer is not None else "blocks"
     if path != "blocks":
         out, rows = _layer_rows(path, query, key, value, scaling)
@@ -339,10 +355,13 @@ def watch_attention(
     observer: BlockObserver,
     on_values: Callable[[int, Tensor], None],
     on_layer: LayerObserver | None = None,
+    on_learned_sink: Callable[[int, int, Tensor], None] | None = None,
 ):
     """Route the attention of `modules` ({layer: attention module}) through this module inside the block: with
     `on_layer`, layers that `attention_path` sends to the rows or fused path report their `LayerRows` to it; every
-    other layer takes `blocked_attention` and reports each block to `observer`.
+    other layer takes `blocked_attention` and reports each block to `observer`. A module with a learned sink
+    (`s_aux`) takes `capture.learned_sink.learned_sink_attention`: each block's sink mass (B, H, Q) goes to
+    `on_learned_sink(layer, q_start, mass)` just before the block goes to `observer`.
 
     Sets the model's attention implementation to "sinkscope" and restores the previous one in `finally`.
     """
@@ -350,7 +369,7 @@ def watch_attention(
     config = model.config
     previous = config._attn_implementation
     for layer, module in modules.items():
-        _watched[id(module)] = _Watch(layer, observer, on_values, on_layer)
+        _watched[id(module)] = _Watch(layer, observer, on_values, on_layer, on_learned_sink)
     try:
         model.set_attn_implementation(NAME)
         yield

@@ -58,6 +58,7 @@ class Feed:
         self._count = 0
         self._columns: dict[int, Tensor] = {}
         self._diagonal: dict[int, Tensor] = {}
+        self._learned_sink: dict[int, Tensor] = {}
         self._finite: list[tuple[int, Tensor]] = []  # (layer, per-window finiteness) of the batch, on the device
         self._in_batch = False
 
@@ -78,7 +79,8 @@ class Feed:
             stack.enter_context(layer_input_hooks(lm, self.on_layer_input, layers))
             if self._wanting(*ATTENTION_EVENTS):
                 modules = {index: attention_module(lm.family, lm.layers[index]) for index in layers}
-                stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer))
+                stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer,
+                                                    self.on_learned_sink))
             if any(s.needs_outputs for s in self.statistics):
                 stack.enter_context(
                     attention_output_hooks(lm, layers, self.on_attention_output, self.on_post_norm_output)
@@ -115,12 +117,19 @@ class Feed:
         for statistic in self.statistics:
             statistic.on_values(layer, norms)
 
+    def on_learned_sink(self, layer: int, start: int, mass: Tensor) -> None:
+        """The learned-sink mass `m_t` (B, H, Q) of the block of `layer` that `on_block` receives next."""
+        self._learned_sink[layer] = mass
+
     def on_block(self, layer: int, start: int, probs: Tensor, entropy: Tensor, out: Tensor) -> None:
         """One block of queries of one layer: probs (B, H, Q, K), entropy (B, H, Q) nats, out (B, H, Q, Dv)."""
         self._check_finite(layer, entropy.sum((1, 2)) + out.sum((1, 2, 3)))
         sums, hard_sink, hard_diag = pattern_block_sums(probs, start, self.delta, entropy)
         self._fold_columns(layer, start, sums.pop("columns"), sums.pop("diagonal"))
-        self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1)))
+        learned = self._learned_sink.pop(layer, None)
+        if learned is not None:  # the rows of A then sum to 1 − m_t
+            sums["learned_sink"] = learned.double().sum((0, 2))
+        self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1), learned))
 
     def on_layer(self, layer: int, rows: LayerRows) -> None:
         """One layer's whole attention over the batch from the rows or fused path (`LayerRows`, no map)."""

@@ -90,8 +90,13 @@ def _kernels(device_type: str) -> tuple[Callable, Callable]:
     """The two calls, compiled into fused kernels on CUDA (once per process), eager elsewhere."""
     if device_type != "cuda":
         return _forward, _log_column_sums
-    return (torch.compile(_forward, dynamic=False, fullgraph=True),
-            torch.compile(_log_column_sums, dynamic=False, fullgraph=True))  # fmt: skip
+    # A run sees one or two shapes (B, T) per layer call (its last batch may be smaller); a benchmark or a sweep
+    # more. Automatic dynamic shapes compile once for the first shape and once more for all others; the limit is
+    # raised so that dtypes and head layouts beyond the default 8 recompilations never fall back to eager flex
+    # (which would form the whole T×T map).
+    config = torch._dynamo.config
+    config.recompile_limit = max(getattr(config, "recompile_limit", 8), 64)
+    return torch.compile(_forward, fullgraph=True), torch.compile(_log_column_sums, fullgraph=True)
 
 
 def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
