@@ -168,3 +168,29 @@ def test_every_supported_model_type_has_a_reference_test():
     more = {cls.config_class.model_type for cls, _ in MORE.values()}
     assert set(supported_model_types()) - {"gemma3"} == set(FAMILIES) | more
     assert set(GEOMETRY) <= set(FAMILIES)
+
+
+def test_the_readme_python_example_gives_the_reference_numbers(tmp_path):
+    """README's Python section through the top-level names, on a saved tiny Llama and a text corpus: the summary's
+    sink rate, the sink heads and every table equal the eager reference; the run survives save and load."""
+    from transformers import AutoModelForCausalLM
+
+    import sinkscope
+
+    from .tiny_checkpoint import save_tiny_llama, write_corpus
+
+    directory = save_tiny_llama(tmp_path / "model")
+    lm = sinkscope.load_model(str(directory))
+    stream = sinkscope.windows(str(write_corpus(tmp_path / "corpus.txt", documents=20)), lm.tokenizer, seq_len=16,
+                               max_windows=6)
+    run = sinkscope.analyze(lm, stream, sinkscope.AnalyzeConfig(epsilon=0.3, delta=0.1, geometry_cap=90),
+                            progress=False)
+    ids = torch.cat(list(stream))
+    ref = eager_reference(AutoModelForCausalLM.from_pretrained(directory), ids, 0.3, 0.1, 0.1, tokenizer=lm.tokenizer)
+    assert run.meta["summary"]["sink_rate"] == pytest.approx(ref.summary["sink_rate"], abs=1e-12)
+    sinks = run.heads.query("head_class == 'sink'")[["layer", "head"]].to_numpy().tolist()
+    assert sinks == ref.heads.query("head_class == 'sink'")[["layer", "head"]].to_numpy().tolist()
+    run.save(tmp_path / "x")
+    loaded = sinkscope.Run.load(tmp_path / "x")
+    tables = {"heads": loaded.heads, "layers": loaded.layers, "positions": loaded.positions, **loaded.extra}
+    compare(tables, loaded.meta["summary"], ref, "readme:")
