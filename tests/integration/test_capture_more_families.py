@@ -16,6 +16,7 @@ import functools
 import sys
 from contextlib import contextmanager
 
+import pandas as pd
 import pytest
 import torch
 import transformers as tf
@@ -68,7 +69,11 @@ MODELS = {  # name -> (model class, config)
     "qwen3_moe": (tf.Qwen3MoeForCausalLM, lambda: tf.Qwen3MoeConfig(**MOE, num_experts=2, moe_intermediate_size=32,
                                                                     head_dim=16)),
     "olmoe": (tf.OlmoeForCausalLM, lambda: tf.OlmoeConfig(**MOE, num_experts=2)),
+    # A learned sink per head; a sliding window shorter than T in layer 0 (a boolean mask).
+    "gpt_oss": (tf.GptOssForCausalLM, lambda: tf.GptOssConfig(**MOE, num_local_experts=2, head_dim=16, sliding_window=5,
+                                                              layer_types=["sliding_attention", "full_attention"])),
 }  # fmt: skip
+LEARNED_SINKS = (-3.0, 0.0, 2.0, 5.0)  # gpt-oss's sink logit of each head: from little mass to nearly all
 
 # Where the blocks and their attention modules live — written here, not read from sinkscope's family table.
 LAYOUT = {"gpt_neox": ("layers", "attention"), "opt": ("decoder.layers", "self_attn"), "falcon": ("h", "self_attention")}
@@ -90,7 +95,9 @@ def tiny(name: str) -> LoadedModel:
             for attr in ("q_norm", "k_norm"):  # a QK-norm undoes the scale above: raise its gain instead
                 if hasattr(module, attr):
                     getattr(module, attr).weight.add_(2.0)
-    model.set_attn_implementation("sdpa")
+            if hasattr(module, "sinks"):
+                module.sinks.copy_(torch.tensor(LEARNED_SINKS))
+    model.set_attn_implementation("sdpa" if family_for(model.config.model_type).sdpa else "eager")
     model.eval().requires_grad_(False)
     family = family_for(model.config.model_type, model.config)
     return LoadedModel(model=model, tokenizer=None, family=family, identity={"name": name})
@@ -166,7 +173,7 @@ def model_and_reference(name: str):
 
 
 @pytest.mark.parametrize("path", ["default", "blocks"])
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("name", [n for n in MODELS if n != "gpt_oss"])  # gpt-oss: test_learned_sink_columns_...
 def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
     lm, ref = model_and_reference(name)
     taken: list[str] = []
@@ -258,6 +265,8 @@ def test_weight_maps_equal_the_models_logits_and_outputs(name):
         logits = torch.einsum("btd,hde,hfe,bsf->bhts", z, w_q, w_k, z)  # (B, H, T, T)
         logits = logits * r_q.transpose(1, 2)[..., None] * r_k.transpose(1, 2)[:, :, None, :]
         for t in range(1, T):
+            if (A[:, :, t, 0] == 0).any():  # BOS outside a sliding window (gpt-oss's layer 0)
+                continue
             got = A[:, :, t, : t + 1].log() - A[:, :, t, :1].log()
             want = logits[:, :, t, : t + 1] - logits[:, :, t, :1]
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=f"{name} W_QK {layer} q{t}")
@@ -302,7 +311,7 @@ def test_refused_model_types_name_the_reason():
 
 
 @pytest.mark.parametrize("name", ["gpt_neox", "opt", "phi3", "phi", "olmo2", "falcon_grouped", "mixtral", "qwen2_moe",
-                                  "olmoe"])  # fmt: skip
+                                  "olmoe", "gpt_oss"])  # fmt: skip
 def test_analyze_command_on_a_saved_model_directory(name, tmp_path, monkeypatch):
     """`sinkscope analyze --model DIR` on a saved directory (safetensors, fast tokenizer) of each family; OPT's
     tokenizer has `</s>` as its BOS, as OPT's has. The report page is tested elsewhere: left out here for speed."""
@@ -345,3 +354,74 @@ def test_models_command_lists_every_family_with_its_analyses(capsys):
         assert f"  {family.name} ({', '.join(family.model_types)}): capture, geometry" in out
     assert "olmo2 (olmo2): capture, geometry, weights, ablate (not smoothing)" in out
     assert "Refused (attention computed outside transformers' attention interface): bloom, gpt_neo" in out
+
+
+def learned_sink_reference(lm: LoadedModel, ref, epsilon: float, delta: float, tau: float) -> None:
+    """Add the learned-sink columns to `ref` from the model's own eager attention: its map A drops the sink column,
+    so the sink column is `m_t = 1 − Σ_j A[t,j]` (float32 maps, so within 1e-6); the head class "learned sink"
+    (score > ε and ≥ the BOS sink score) replaces the class the reference gave."""
+    maps, _, _, values = capture(lm.model, token_windows())
+    heads, layers = [], []
+    T = maps[0].shape[-1]
+    t = torch.arange(T)
+    for layer, A in enumerate(maps):  # (N, H, T, T)
+        m = 1 - A.sum(-1)  # (N, H, T)
+        v = values[layer].repeat_interleave(A.shape[1] // values[layer].shape[1], dim=1)
+        value_norms = v.norm(dim=-1)
+        off = ((A @ v).norm(dim=-1) <= tau * value_norms.cumsum(-1) / (t + 1.0))[..., 1:]  # (N, H, T-1)
+        hard = m[..., 1:] >= 1 - delta
+        hard_sink, hard_diag = A[..., 1:, 0] >= 1 - delta, A[..., t[1:], t[1:]] >= 1 - delta
+        rate = (m.mean(-1) > epsilon).double().mean(0)  # (H,)
+        for head in range(A.shape[1]):
+            n_off = int(off[:, head].sum())
+            heads.append({
+                "layer": layer, "head": head,
+                "learned_sink_score": float(m[:, head].mean()),
+                "learned_sink_rate": float(rate[head]),
+                "hard_learned_sink_frac": float(hard[:, head].double().mean()),
+                "switch_n_off_learned_sink": int((off & hard)[:, head].sum()),
+                "switch_learned_agreement": int((off & hard)[:, head].sum()) / n_off if n_off else float("nan"),
+                "switch_any_sink_agreement": int((off & (hard | hard_sink))[:, head].sum()) / n_off if n_off
+                else float("nan"),
+            })  # fmt: skip
+        layers.append({"layer": layer, "learned_sink_rate": float(rate.mean()),
+                       "mlp_like_frac_learned": float((hard | hard_sink | hard_diag).all(1).double().mean())})
+    ref.heads = ref.heads.merge(pd.DataFrame(heads), on=["layer", "head"])
+    ref.layers = ref.layers.merge(pd.DataFrame(layers), on="layer")
+    learned = (ref.heads["learned_sink_score"] > epsilon) & (ref.heads["learned_sink_score"] >= ref.heads["sink_score"])
+    ref.heads.loc[learned, "head_class"] = "learned sink"
+    ref.summary["head_classes"] = {k: int(v) for k, v in ref.heads["head_class"].value_counts().items()}
+
+
+def test_learned_sink_columns_equal_the_eager_softmax_with_its_sink_column(monkeypatch):
+    """gpt-oss: every column, the learned-sink ones included, equals the eager reference; the learned sink takes a
+    sliding-window layer's boolean mask, several uneven query blocks, and crosses δ, τ and ε."""
+    lm, ref = model_and_reference("gpt_oss")
+    learned_sink_reference(lm, ref, CONFIG.epsilon, CONFIG.delta, CONFIG.tau)
+    starts: list[int] = []
+    from sinkscope.capture.feed import Feed
+
+    on_sink = Feed.on_learned_sink
+    monkeypatch.setattr(Feed, "on_learned_sink", lambda self, layer, start, mass: starts.append(start) or
+                        on_sink(self, layer, start, mass))  # fmt: skip
+    monkeypatch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
+    run = analyze(lm, TokenWindows(token_windows(), batch_size=BATCH), CONFIG, progress=False)
+    assert len(set(starts)) > 2, "the learned-sink path ran in one block"
+    assert lm.model.config._attn_implementation == "eager"  # as loaded: transformers has no sdpa path for it
+    tables = {"heads": run.heads, "layers": run.layers, "positions": run.positions, **run.extra}
+    compare(tables, run.meta["summary"], ref, "gpt_oss:")
+    heads = ref.heads
+    assert (heads["hard_learned_sink_frac"] > 0).any() and (heads["switch_n_off_learned_sink"] > 0).any()
+    assert ((heads["learned_sink_rate"] > 0) & (heads["learned_sink_rate"] < 1)).any() or (
+        heads["learned_sink_rate"].isin([0.0, 1.0]).all() and heads["learned_sink_rate"].nunique() == 2)
+    assert "learned sink" in set(heads["head_class"]) and len(set(heads["head_class"])) > 1
+
+
+def test_view_and_unwatched_layers_of_a_learned_sink_model_keep_the_models_numbers():
+    """Outside an analysis (a module no statistic watches) the learned sink still applies: the model's own eager
+    attention, not sdpa; the logits equal eager's."""
+    lm = tiny("gpt_oss")
+    ids = token_windows()[:2]
+    expected = lm.model(input_ids=ids).logits
+    with attention.watch_attention(lm.model, {}, lambda *a: None, lambda *a: None):
+        torch.testing.assert_close(lm.model(input_ids=ids).logits, expected)

@@ -47,7 +47,8 @@ class Family:
     `query_norm`/`key_norm` name the QK-norms (per head: Gemma 3, Qwen 3; over all heads: OLMo-2, OLMoE), used
     where the attention module has them. `parallel`: attention and MLP read the same block input (GPT-NeoX, Phi,
     Falcon). `learned_sink` names the attention module's per-head sink logits (gpt-oss's `sinks`, passed to the
-    attention function as `s_aux`). `unsupported` maps an analysis of `ANALYSES` to why it does not apply.
+    attention function as `s_aux`). `sdpa`: whether transformers offers an sdpa path (the model loads with eager
+    attention otherwise). `unsupported` maps an analysis of `ANALYSES` to why it does not apply.
     `configure(config)` returns the fields that depend on the model's config (OPT's norm placement, Falcon's
     layouts); `family_for(model_type, config)` applies it.
     """
@@ -70,6 +71,7 @@ class Family:
     key_norm: str = "k_norm"
     parallel: bool = False
     learned_sink: str | None = None
+    sdpa: bool = True
     unsupported: tuple[tuple[str, str], ...] = ()
     notes: str = ""
     configure: Callable[[object], dict] | None = None
@@ -215,6 +217,13 @@ FAMILIES: tuple[Family, ...] = (
     Family("mixtral", ("mixtral",), notes="mixture-of-experts MLP"),
     Family("qwen2_moe", ("qwen2_moe", "qwen3_moe"), notes="mixture-of-experts MLP"),
     Family("olmoe", ("olmoe",), notes="mixture-of-experts MLP; QK-norm over all heads"),
+    Family(
+        "gpt_oss",
+        ("gpt_oss",),
+        learned_sink="sinks",
+        sdpa=False,
+        notes="learned sink per head (s_aux; learned_sink_* columns); mixture-of-experts MLP; sliding-window layers",
+    ),
 )
 
 REFUSED = {

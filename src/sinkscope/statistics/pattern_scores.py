@@ -11,7 +11,7 @@ from sinkscope.statistics.state import Sum
 from sinkscope.statistics.statistic import Columns, Rows, Statistic, Tables
 from sinkscope.stats.patterns import finalize_pattern_scores, head_class
 
-ROW_SUMS = ("sink", "diag", "prev", "entropy", "hard_sink", "hard_diag", "upper_mass", "row_total")
+ROW_SUMS = ("sink", "diag", "prev", "entropy", "hard_sink", "hard_diag", "upper_mass", "row_total", "learned_sink")
 
 
 class PatternScores(Statistic):
@@ -39,7 +39,8 @@ class PatternScores(Statistic):
     def compute(self, windows: int) -> Tables:
         W, T = windows, self.seq_len
         sums = {name: state.value.cpu() for name, state in self.sums.items()} | {"keys": self.keys.value.cpu()}
-        row_error = (sums["row_total"] / (W * T) - 1).abs().max().item()
+        # With a learned sink (gpt-oss) each row of A sums to 1 − m_t: the sink column completes it.
+        row_error = ((sums["row_total"] + sums["learned_sink"]) / (W * T) - 1).abs().max().item()
         upper = sums["upper_mass"].max().item() / (W * T)
         if row_error > 1e-4 or upper > 1e-6:
             raise SinkscopeError(
@@ -53,8 +54,9 @@ class PatternScores(Statistic):
             for head in range(H):
                 row = {"layer": layer, "head": head}
                 row |= {k: float(v[head]) for k, v in scores.items() if k != "key_scores"}
+                learned = float(sums["learned_sink"][layer, head]) / (W * T)  # the learned-sink score, 0 without one
                 row["head_class"] = head_class(
-                    row["sink_score"], row["diag_score"], row["prev_score"], row["entropy"], self.epsilon
+                    row["sink_score"], row["diag_score"], row["prev_score"], row["entropy"], self.epsilon, learned
                 )
                 rows.append(row)
         heads = pd.DataFrame(rows)

@@ -32,8 +32,10 @@ class Rows:
     """One block of query rows `start..start+Q-1` of one layer over the batch (SPEC §2–§3 ingredients).
 
     `sums`: per-head (H,) float64 sums of the block (`sink`, `diag`, `prev`, `entropy`, `hard_sink`, `hard_diag`,
-    `upper_mass`, `row_total`: `stats.patterns.pattern_block_sums`); `hard_sink`, `hard_diag`: (B, H, Q) booleans
-    (false at t = 0); `out_norms`: `||o_t||` per head before the output projection, (B, H, Q).
+    `upper_mass`, `row_total`: `stats.patterns.pattern_block_sums`; with a learned sink also `learned_sink`, the
+    sum of `m_t`); `hard_sink`, `hard_diag`: (B, H, Q) booleans (false at t = 0); `out_norms`: `||o_t||` per head
+    before the output projection, (B, H, Q); `learned_sink`: the mass `m_t` on the learned sink column (gpt-oss's
+    `s_aux`), (B, H, Q), None for models without one.
     """
 
     start: int
@@ -41,6 +43,7 @@ class Rows:
     hard_sink: Tensor
     hard_diag: Tensor
     out_norms: Tensor
+    learned_sink: Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,11 @@ HEAD_CLASS_THRESHOLDS = {"diagonal": HeadThresholds.diagonal, "previous-token": 
                          "dense": HeadThresholds.dense}  # fmt: skip
 
 
-def head_class(sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3) -> str:
-    """analyze's class of a head from its SPEC §2 scores: `classify_head` with `HeadThresholds(sink=epsilon)`
-    (sink, diagonal, previous-token, dense or mixed)."""
-    return classify_head(sink, diag, prev, entropy, thresholds=HeadThresholds(sink=epsilon))
+def head_class(
+    sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3, learned_sink: float = 0.0
+) -> str:
+    """analyze's class of a head from its SPEC §2 scores: `classify_head` with `HeadThresholds(sink=epsilon,
+    learned_sink=epsilon)` (learned sink, sink, diagonal, previous-token, dense or mixed); `learned_sink` is the
+    head's learned-sink score (gpt-oss), 0 without one."""
+    thresholds = HeadThresholds(sink=epsilon, learned_sink=epsilon)
+    return classify_head(sink, diag, prev, entropy, thresholds=thresholds, learned_sink=learned_sink)
