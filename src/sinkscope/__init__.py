@@ -5,6 +5,7 @@
     run = sinkscope.analyze(lm, sinkscope.windows("builtin:prose", lm.tokenizer, seq_len=64, max_windows=256))
     run.heads, run.layers, run.positions      # pandas DataFrames (SPEC §8)
     run.save("runs/x")
+    maps = sinkscope.attention(lm, "The cat sat on the mat.")   # one text's raw attention as arrays
 
 The public names are imported lazily so that `import sinkscope` (and `sinkscope --help`) stays instant.
 """
@@ -34,6 +35,8 @@ _EXPORTS = {
     "reproduce": "sinkscope.reproduction.run",
     "ReproduceConfig": "sinkscope.reproduction.config",
     "view": "sinkscope.explorer.page",
+    "attention": "sinkscope.pipelines.attention_maps",
+    "AttentionMaps": "sinkscope.pipelines.attention_maps",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
@@ -42,3 +45,9 @@ def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'sinkscope' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names too (they are imported lazily, so the module's namespace lacks them until first use):
+    `dir(sinkscope)` and tab completion list `analyze`, `load_model`, …"""
+    return sorted({*globals(), *__all__})
