@@ -40,7 +40,7 @@ def runs(tmp_path_factory):
     model, corpus = save_tiny_llama(root / "model"), write_corpus(root / "corpus.txt", documents=60)
     deep = save_deeper_llama(root / "deep_model", model)
     for name, where, source, extra in (("prose_run", model, str(corpus), ["--smoothing"]),
-                                       ("random_run", model, "builtin:random", []),
+                                       ("random_run", model, "builtin:random", ["--threads", "1"]),
                                        ("deep_run", deep, str(corpus), [])):  # fmt: skip
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
@@ -100,10 +100,11 @@ def test_analyze_report_loads_cleanly_and_shows_the_runs_numbers(runs, open_page
         p.with_suffix(".svg").name for p in (run / "figures").glob("*.png"))  # vector beside every PNG
 
 
-def test_analyze_closing_line_says_what_the_numbers_mean(runs):
+def test_analyze_closing_line_says_what_the_numbers_mean_and_threads_are_recorded(runs):
     meta = json.loads((runs / "random_run" / "run.json").read_text())
     line = (runs / "random_run" / "printed.txt").read_text().strip().splitlines()[-1]
     s = meta["summary"]
+    assert meta["timings"]["threads"] == 1  # --threads 1, recorded in run.json
     assert line.startswith("model on builtin:random (T=16, 6 windows): ")
     assert f"sink rate {s['sink_rate']:.3f}: in {s['sink_rate']:.1%} of (window, layer, head) the head gave BOS more " \
            "than ε = 0.3 of its attention" in line

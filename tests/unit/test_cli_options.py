@@ -34,9 +34,17 @@ def flags(records: dict) -> set[str]:
     return {flag for key in records for flag in key.split(", ") if flag.startswith("-")}
 
 
+# Options added since the fixture was dumped, per command (issue 27: --threads on every command that loads a model).
+ADDED = {command: {"--threads"} for command in ("analyze", "view", "ablate", "sweep", "reproduce")}
+
+
 def test_every_subcommand_keeps_its_options():
     now = records_now()
     assert set(now) == set(BEFORE)
+    for command, added in ADDED.items():
+        assert added <= set(now[command]), command
+        for key in added:
+            del now[command][key]
     for command, before in BEFORE.items():
         if command != "train-bb":
             assert now[command] == before, command
@@ -54,6 +62,21 @@ def test_help_lists_the_same_flags(capsys):
         listed = {word.strip("[],") for word in text.split() if word.strip("[],").startswith("--")}
         missing = flags(before) - listed
         assert not missing, f"sinkscope {command} --help lacks {missing}"
+
+
+def test_threads_sets_torchs_thread_count_and_refuses_zero(capsys):
+    import torch
+
+    from sinkscope.cli.options import apply_threads
+
+    before = torch.get_num_threads()
+    try:
+        assert apply_threads(1) == 1 == torch.get_num_threads()
+        assert apply_threads(None) == 1  # None leaves the count as it is
+    finally:
+        torch.set_num_threads(before)
+    assert main(["view", "--threads", "0", "--text", "x", "--out", "never.html"]) == 2
+    assert "--threads 0 must be 1 or more" in capsys.readouterr().err
 
 
 def test_defaults_of_the_shared_options_stay_per_command():

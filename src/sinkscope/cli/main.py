@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 
+from sinkscope.cli.options import apply_threads
 from sinkscope.errors import SinkscopeError
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: _interrupt(terminated))
     try:
+        if getattr(args, "threads", None) is not None:  # --threads, before the command starts torch's thread pool
+            apply_threads(args.threads)
         return int(args.func(args) or 0)
     except SinkscopeError as err:
         print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)

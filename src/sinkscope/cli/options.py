@@ -22,6 +22,8 @@ DEFAULT_MODEL = "smollm2-135m"  # as sinkscope.models.load.DEFAULT_MODEL, withou
 MODEL_HELP = "embedded name, model dir, .gguf file or hub id"
 SEQ_LEN_HELP = "window length T including BOS (default 64)"
 OVERWRITE_HELP = "replace an existing --out directory"
+THREADS_HELP = ("torch CPU threads (default: torch's choice, one per core); on a machine shared with other jobs "
+                "fewer can be much faster: see docs/performance.md, Threads")
 
 
 def _parent() -> argparse.ArgumentParser:
@@ -37,7 +39,7 @@ def model_options(
     loading: bool = False,
 ) -> argparse.ArgumentParser:
     """Which model and how it loads: `--model` (unless `model=False`: sweep and reproduce take `--models`),
-    `--device`/`--dtype` (unless `device=False`: cost has none), `--device-map`/`--trust-remote-code`
+    `--device`/`--dtype`/`--threads` (unless `device=False`: cost has none; `apply_threads` applies the last), `--device-map`/`--trust-remote-code`
     (with `loading=True`: analyze); `default` and `model_help` are --model's."""
     parser = _parent()
     if model:
@@ -49,9 +51,25 @@ def model_options(
                             help="spread a model larger than one device over all visible GPUs (accelerate)")
     if device:
         parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+        parser.add_argument("--threads", type=int, default=None, metavar="N",
+                            help=THREADS_HELP)  # fmt: skip
     if loading:
         parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
     return parser
+
+
+def apply_threads(threads: int | None) -> int:
+    """Set torch's CPU thread count to `threads` (None: leave torch's default) and return the count in use, which
+    `analyze` records in run.json (`timings.threads`). Imports torch: call it in a command's run function."""
+    from sinkscope.errors import SinkscopeError
+
+    if threads is not None and threads < 1:
+        raise SinkscopeError(f"--threads {threads} must be 1 or more (the number of CPU threads torch uses)")
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def corpus_options(
