@@ -60,6 +60,13 @@ class SweepConfig:
                 raise SinkscopeError(f"--{name.replace('_', '-')} is empty; give at least one value")
             if len(set(values)) != len(values):
                 raise SinkscopeError(f"--{name.replace('_', '-')} lists a value twice: {', '.join(map(str, values))}")
+            for value in values:
+                try:
+                    str(value).encode("utf-8")
+                except UnicodeEncodeError:  # e.g. a file name that is not UTF-8 (Python gives it surrogates)
+                    raise SinkscopeError(
+                        f"--{name.replace('_', '-')} {value!r} is not valid UTF-8 text; rename it"
+                    ) from None
             object.__setattr__(self, name, values)
         for seq_len in self.seq_lens:
             if seq_len < 2:

@@ -158,9 +158,21 @@ def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
         raise
 
 
+def _is_text(name: str) -> bool:
+    """Whether `name` encodes as UTF-8 (JSON's '\\ud800' escapes and undecodable file names do not)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def run_folders(grid: dict[str, dict[str, Any]]) -> dict[str, str]:
     """{run name: its folder} (`safe_name`); names whose folders would coincide on a case-insensitive file system
     are refused in one line."""
+    for name in grid:
+        if not _is_text(name):
+            raise SinkscopeError(f"--grid run name {name!r} is not valid Unicode text (a lone surrogate); rename it")
     folders = {name: safe_name(name) for name in grid}
     seen: dict[str, str] = {}
     for name, folder in folders.items():
