@@ -22,6 +22,7 @@ from sinkscope.report.page import cell_text, png_figure, render_page, write_page
 from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
 from sinkscope.report.tokens_section import tokens_section
+from sinkscope.staging import staged_file_bytes
 
 
 class ReportedRun(Protocol):
@@ -108,8 +109,8 @@ def _run_page(run: ReportedRun, name: str, figures_dir: Path | None) -> dict:
             pngs.append(png_figure(png, caption))
             if figures_dir is not None:
                 figures_dir.mkdir(parents=True, exist_ok=True)
-                (figures_dir / f"{stem}.png").write_bytes(png)
-                (figures_dir / f"{stem}.svg").write_bytes(plots.figure_svg(fig))
+                staged_file_bytes(figures_dir / f"{stem}.png", png)  # whole or not at all: a full disk keeps the old
+                staged_file_bytes(figures_dir / f"{stem}.svg", plots.figure_svg(fig))
         extras = _extra_sections(run)
     meta, versions = run.meta, run.meta.get("versions", {})
     details = (
