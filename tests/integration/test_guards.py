@@ -50,6 +50,16 @@ def test_mass_above_the_diagonal_alone_trips_the_guard():
         pattern_scores_of(logits.softmax(-1)).compute(1)
 
 
+def test_mass_just_above_the_diagonal_trips_the_guard():
+    """A mask off by one (each query also sees the next key): all the non-causal mass sits at A[t, t+1]."""
+    probs = causal_softmax(torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(0)))
+    t = torch.arange(5)
+    probs[..., t, t + 1] = 0.01
+    probs[..., t, t] -= 0.01
+    with pytest.raises(SinkscopeError, match=NOT_CAUSAL):
+        pattern_scores_of(probs).compute(1)
+
+
 def test_rows_that_do_not_sum_to_one_alone_trip_the_guard():
     """Causal, but every row holds 0.999 of its mass (a normaliser off by 0.1%): only the row-sum condition can."""
     logits = torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(0))

@@ -1,0 +1,230 @@
+"""Mutation check of the statistics: apply one-line bugs, one at a time, and see whether the tests catch each.
+
+Every mutant is (file, exact old text, new text, what it breaks). The committed tree (`git archive HEAD`) is copied
+to a temporary directory and mutated there, never in the checkout, and each file is restored in `finally`; the
+tests run against the copy (`PYTHONPATH=<copy>/src`, run from the copy). A mutant whose old text no longer occurs
+exactly once is reported as "does not apply" (the code moved on: rewrite it). The first four are the survivors
+of issue 25's review; the rest exercise capture/, statistics/ and stats/.
+
+    .venv/bin/python benchmarks/mutants.py                 # every mutant, the statistics subset (TESTS)
+    .venv/bin/python benchmarks/mutants.py --only 1,5,9    # some of them
+    .venv/bin/python benchmarks/mutants.py --fast-tier     # the whole fast tier per mutant (slow: ~5 min each)
+
+Prints one line per mutant (killed / SURVIVED / does not apply, seconds, the first failing test) and the kill rate;
+`--json PATH` writes them too. Exit status 1 when a mutant survives. docs/testing.md says how to read the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = Path(sys.executable)
+# The tests that cover the statistics (about 2 min together on 2 quiet cores); -x stops at the first failure, so a
+# killed mutant costs seconds.
+TESTS = (
+    "tests/integration/test_reference_columns.py",
+    "tests/integration/test_guards.py",
+    "tests/unit/test_threshold_boundaries.py",
+    "tests/unit/test_patterns.py",
+    "tests/unit/test_switch_geometry.py",
+    "tests/unit/test_blocked_attention.py",
+    "tests/unit/test_statistic_state.py",
+    "tests/integration/test_fused_attention.py",
+    "tests/integration/test_capture_families.py",
+)
+FAST_TIER = ("-m", "not slow and not browser", "tests")
+
+CAPTURE, STATISTICS, STATS = "src/sinkscope/capture", "src/sinkscope/statistics", "src/sinkscope/stats"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    path: str
+    old: str
+    new: str
+    what: str
+
+
+MUTANTS = (
+    # issue 25's four survivors
+    Mutant(f"{CAPTURE}/attention.py", "diagonal(offset=-1 if start == 0 else 0,", "diagonal(offset=-1 if start == 0 else 1,",
+           "rows path: previous-token entry off by one in query blocks after the first"),
+    Mutant(f"{STATISTICS}/switch_counts.py", "self._value_norms[layer], rows.hard_sink, rows.start",
+           "self._value_norms[layer], rows.hard_diag, rows.start", "switch table built from hard_diag, not hard_sink"),
+    Mutant(f"{STATISTICS}/bos_geometry.py", 'value(f"{kind}_cos_nonpos") / n_ctx', 'value(f"{kind}_cos_nonpos") / W',
+           "bos_cos_nonpos_frac divided by windows, not context tokens"),
+    Mutant(f"{STATISTICS}/pattern_scores.py", "if row_error > 1e-4 or upper > 1e-6:", "if row_error > 1e-4 and upper > 1e-6:",
+           "the not-a-causal-softmax guard needs both conditions"),
+    # capture/
+    Mutant(f"{CAPTURE}/attention.py", "entropy = total.squeeze(-1).log() - torch.einsum(",
+           "entropy = total.squeeze(-1).log() + torch.einsum(", "block path: wrong sign in the row entropy"),
+    Mutant(f"{CAPTURE}/attention.py", "columns[..., :stop] += probs.sum(-2)", "columns[..., :stop] = probs.sum(-2)",
+           "rows path: column sums of the last query block only"),
+    Mutant(f"{CAPTURE}/attention.py", "best_logit = torch.where(use_sink, logits[..., 0], corner.diagonal(dim1=-2, dim2=-1))",
+           "best_logit = torch.where(use_sink, corner.diagonal(dim1=-2, dim2=-1), logits[..., 0])",
+           "rows path: log-normaliser from the wrong entry"),
+    Mutant(f"{CAPTURE}/attention.py", "prev[..., 1:] = entries(k[:, :, :-1], slice(1, None))",
+           "prev[..., 1:] = entries(k[:, :, 1:], slice(1, None))", "fused path: previous-token entry is the diagonal"),
+    Mutant(f"{CAPTURE}/attention.py", "corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(1), floor)",
+           "corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(2), floor)",
+           "block path: each query also sees the next key"),
+    Mutant(f"{CAPTURE}/feed.py", "norms = value.float().norm(dim=-1).repeat_interleave(self.group, dim=1)",
+           "norms = value.float().norm(dim=-1).repeat(1, self.group, 1)", "GQA: query head h reads kv head h mod KV"),
+    Mutant(f"{CAPTURE}/feed.py", "self._diagonal[layer][..., start : start + diagonal.shape[-1]] = diagonal",
+           "self._diagonal[layer][..., : diagonal.shape[-1]] = diagonal", "feed: every block's diagonal written at 0"),
+    Mutant(f"{CAPTURE}/feed.py", "pattern_row_sums(rows.sink, rows.diag, rows.prev, 0, self.delta)",
+           "pattern_row_sums(rows.sink, rows.prev, rows.diag, 0, self.delta)", "rows/fused paths: diagonal and previous swapped"),
+    # stats/
+    Mutant(f"{STATS}/patterns.py", '"sink": col0.sum((0, 2)),', '"sink": (col0 * valid).sum((0, 2)),',
+           "sink score without the BOS row t = 0"),
+    Mutant(f"{STATS}/patterns.py", "1 / torch.log((rows + 1).clamp_min(2))", "1 / torch.log(rows.clamp_min(2))",
+           "entropy normalised by log t instead of log(t+1)"),
+    Mutant(f"{STATS}/patterns.py", "hard_sink = (col0 >= 1 - delta) & valid", "hard_sink = (col0 > 1 - delta) & valid",
+           "hard sink needs A[t,0] > 1-δ (the boundary)"),
+    Mutant(f"{STATS}/patterns.py", "hard_diag = (diag >= 1 - delta) & valid", "hard_diag = (diag >= delta) & valid",
+           "hard diagonal at δ instead of 1-δ"),
+    Mutant(f"{STATS}/patterns.py", '"diag_score": sums["diag"] / n_ctx,', '"diag_score": sums["diag"] / n_all,',
+           "diagonal score divided by T, not T-1"),
+    Mutant(f"{STATS}/patterns.py", "return columns / torch.arange(T, 0, -1,", "return columns / torch.arange(T + 1, 1, -1,",
+           "α_k divided by T-k+1"),
+    Mutant(f"{STATS}/patterns.py", "later = (columns - diagonal)[..., 1 : T - 1]", "later = columns[..., 1 : T - 1]",
+           "received_k includes self-attention"),
+    Mutant(f"{STATS}/patterns.py", "above = scores.unsqueeze(0) > epsilons", "above = scores.unsqueeze(0) >= epsilons",
+           "per-window sink rate counts α = ε (the boundary)"),
+    Mutant(f"{STATS}/patterns.py", "above = torch.ones(Q, Q, dtype=torch.bool, device=probs.device).triu(1)",
+           "above = torch.ones(Q, Q, dtype=torch.bool, device=probs.device).triu(2)",
+           "guard: mass just above the diagonal not counted"),
+    Mutant(f"{STATS}/patterns.py", "prev = probs.gather(-1, (rows - 1).clamp_min(0)", "prev = probs.gather(-1, (rows - 2).clamp_min(0)",
+           "block path: previous-token entry two back"),
+    Mutant(f"{STATS}/switch.py", "return value_norms[..., 0] / value_norms[..., 1:].mean(-1)",
+           "return value_norms[..., 0] / value_norms.mean(-1)", "value drain's mean includes BOS"),
+    Mutant(f"{STATS}/switch.py", "counts = torch.arange(1, norms.shape[-1] + 1,", "counts = torch.arange(2, norms.shape[-1] + 2,",
+           "switch: visible mean divided by t+2"),
+    Mutant(f"{STATS}/switch.py", "valid = (rows >= 1).view(1, 1, Q)", "valid = (rows >= 0).view(1, 1, Q)",
+           "switch table counts t = 0"),
+    Mutant(f"{STATS}/switch.py", '"ahon_ln": ahon / ahon.mean(),', '"ahon_ln": ahon / ahon.max(),',
+           "AHON-LN divided by the layer's max"),
+    Mutant(f"{STATS}/switch.py", 'sums["n_off_sink"] / n_off.clamp_min(1)', 'sums["n_on_sink"] / n_off.clamp_min(1)',
+           "switch agreement from the on-sink count"),
+    Mutant(f"{STATS}/switch.py", 'ahon = sums["ahon"] / (windows * seq_len)', 'ahon = sums["ahon"] / (windows * (seq_len - 1))',
+           "AHON divided by T-1"),
+    Mutant(f"{STATS}/geometry.py", "return norms[..., 0] / norms[..., 1:].mean(-1)", "return norms[..., 0] / norms.mean(-1)",
+           "BOS norm ratio's mean includes BOS"),
+    Mutant(f"{STATS}/geometry.py", '"cos_max": cos.max(),', '"cos_max": cos.min(),', "bos_cos_max is the minimum"),
+    # statistics/
+    Mutant(f"{STATISTICS}/window_sink_rate.py", '"sink_rate": rates[0, ..., 0].mean(1).numpy()',
+           '"sink_rate": rates[0, ..., 0].amax(1).numpy()', "layer sink rate is its heads' max"),
+    Mutant(f"{STATISTICS}/window_sink_rate.py", 'str(e): float(rates[i, ..., 0].mean())', 'str(e): float(rates[0, ..., 0].mean())',
+           "summary sink_rates: every ε gets the first ε's rate"),
+    Mutant(f"{STATISTICS}/pattern_scores.py", '"max_key_score": key_scores.amax(1)', '"max_key_score": key_scores.amin(1)',
+           "max_key_score is the minimum over heads"),
+    Mutant(f"{STATISTICS}/pattern_scores.py", 'heads.groupby("layer")["sink_score"]', 'heads.groupby("layer")["diag_score"]',
+           "layers' sink_rate_of_mean from diagonal scores"),
+    Mutant(f"{STATISTICS}/key_tokens.py", "keys = ids[:, 1 : self.seq_len - 1]", "keys = ids[:, 0 : self.seq_len - 2]",
+           "key-token table: occurrences shifted one position left"),
+    Mutant(f"{STATISTICS}/key_tokens.py", '"received_mean": received.sum(1) / (n * L * H)', '"received_mean": received.sum(1) / (n * H)',
+           "tokens.received_mean not averaged over layers"),
+    Mutant(f"{STATISTICS}/key_tokens.py", '"sink_frac": (exceed / (n[:, None] * H)).flatten()', '"sink_frac": (exceed / (n[:, None] * L)).flatten()',
+           "token_layers.sink_frac divided by layers, not heads"),
+    Mutant(f"{STATISTICS}/key_tokens.py", '.sort_values(["sink_frac", "received_mean"], ascending=False',
+           '.sort_values(["sink_frac", "received_mean"], ascending=True', "tokens sorted ascending"),
+    Mutant(f"{STATISTICS}/switch_counts.py", "every_head = (rows.hard_sink | rows.hard_diag).all(dim=1)",
+           "every_head = (rows.hard_sink | rows.hard_diag).any(dim=1)", "MLP-like when any head (not every) is hard"),
+    Mutant(f"{STATISTICS}/switch_counts.py", "(self.mlp_like.value.cpu() / (W * (T - 1)))", "(self.mlp_like.value.cpu() / (W * T))",
+           "mlp_like_frac divided by T, not T-1"),
+)  # fmt: skip
+
+
+def first_failure(output: str) -> str:
+    """The first failing test id in pytest's output, or the last line."""
+    found = re.search(r"^(FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    if found:
+        return found.group(2)
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1][:120] if lines else ""
+
+
+def run_tests(copy: Path, args: list[str], timeout: int) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=str(copy / "src"), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    command = [str(PY), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+    try:
+        done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "timed out"
+    return done.returncode, done.stdout + done.stderr
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", help="comma-separated mutant numbers (1-based), default all")
+    parser.add_argument("--fast-tier", action="store_true", help="run the whole fast tier per mutant, not TESTS")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per test run (a hang counts as killed)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--list", action="store_true", help="print the mutants and exit")
+    args = parser.parse_args(argv)
+    chosen = [int(i) for i in args.only.split(",")] if args.only else list(range(1, len(MUTANTS) + 1))
+    if args.list:
+        for i in chosen:
+            print(f"{i:3d}  {MUTANTS[i - 1].path.removeprefix('src/sinkscope/')}: {MUTANTS[i - 1].what}")
+        return 0
+    tests = list(FAST_TIER if args.fast_tier else TESTS)
+    with tempfile.TemporaryDirectory(prefix="sinkscope-mutants-") as root:
+        copy = Path(root) / "tree"
+        copy.mkdir()
+        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
+        probe = subprocess.run([str(PY), "-c", "import sinkscope; print(sinkscope.__file__)"], cwd=copy, text=True,
+                               capture_output=True, env=dict(os.environ, PYTHONPATH=str(copy / "src")))  # fmt: skip
+        if not probe.stdout.strip().startswith(str(copy)):
+            print(f"the copy's sinkscope is not the one imported ({probe.stdout.strip()}); stopping", file=sys.stderr)
+            return 2
+        started = time.perf_counter()
+        code, output = run_tests(copy, tests, args.timeout)
+        print(f"baseline: {'passes' if code == 0 else 'FAILS'} ({time.perf_counter() - started:.0f} s)", flush=True)
+        if code != 0:
+            print(output[-3000:], file=sys.stderr)
+            return 2
+        results = []
+        for i in chosen:
+            mutant = MUTANTS[i - 1]
+            target = copy / mutant.path
+            original = target.read_text()
+            where = f"{mutant.path.removeprefix('src/sinkscope/')}: {mutant.what}"
+            if original.count(mutant.old) != 1:
+                results.append({"id": i, "mutant": where, "result": "does not apply"})
+                print(f"{i:3d} does not apply ({original.count(mutant.old)} matches)  {where}", flush=True)
+                continue
+            started = time.perf_counter()
+            try:
+                target.write_text(original.replace(mutant.old, mutant.new))
+                code, output = run_tests(copy, tests, args.timeout)
+            finally:
+                target.write_text(original)
+            seconds = time.perf_counter() - started
+            result = "SURVIVED" if code == 0 else "killed"
+            results.append({"id": i, "mutant": where, "result": result, "seconds": round(seconds, 1),
+                            "by": "" if code == 0 else first_failure(output)})  # fmt: skip
+            print(f"{i:3d} {result:8s} {seconds:5.0f} s  {where}  {results[-1]['by']}", flush=True)
+        shutil.rmtree(copy, ignore_errors=True)
+    applied = [r for r in results if r["result"] != "does not apply"]
+    killed = sum(r["result"] == "killed" for r in applied)
+    print(f"killed {killed} of {len(applied)} applied mutants ({len(results) - len(applied)} do not apply); "
+          f"tests: {' '.join(tests)}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"tests": tests, "results": results}, indent=1))
+    return 0 if killed == len(applied) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
