@@ -205,3 +205,14 @@ def test_cli_holds_no_process_group_calls():
         text = path.read_text()
         for word in ("torch.distributed", "init_process_group", "WORLD_SIZE", "LOCAL_RANK", "os.environ"):
             assert word not in text, f"{path.name} mentions {word}"
+
+
+def test_models_says_which_torch_build_and_device_commands_use(capsys):
+    import torch
+
+    assert main(["models"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+    assert line.startswith(f"torch {torch.__version__} ({build}); commands run on cpu (the default --device) with "
+                           f"{torch.get_num_threads()} threads")  # fmt: skip
+    assert ("CUDA device available" in line) == torch.cuda.is_available()

@@ -53,7 +53,25 @@ def run(args: argparse.Namespace) -> int:
     print("Analyses: " + "; ".join(f"{name} = {words}" for name, words in ANALYSES.items()))
     print(f"Refused (attention computed outside transformers' attention interface): {', '.join(sorted(REFUSED))}")
     print("\nAlso accepted: a local Hugging Face model directory, a .gguf file, or a hub id (org/name) when online.")
+    print("\n" + torch_line())
     return 0
+
+
+def torch_line() -> str:
+    """Which torch build this environment has and the device a command uses: 'torch 2.13.0+cpu (CPU-only build);
+    commands run on cpu (the default --device) with 2 threads; no CUDA device'."""
+    import torch
+
+    cuda = torch.version.cuda
+    build = f"CUDA {cuda} build" if cuda else "CPU-only build"
+    if torch.cuda.is_available():
+        devices = f"CUDA device available: {torch.cuda.get_device_name(0)} (pass --device cuda or auto to use it)"
+    elif cuda:
+        devices = "no CUDA device visible: a CPU-only torch build is much smaller (README, Install with pip)"
+    else:
+        devices = "no CUDA device"
+    return (f"torch {torch.__version__} ({build}); commands run on cpu (the default --device) with "
+            f"{torch.get_num_threads()} threads (--threads N); {devices}")
 
 
 def _install(names: list[str]) -> int:
