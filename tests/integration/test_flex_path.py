@@ -59,6 +59,28 @@ def test_flex_rows_equal_float64_maps(kv, sharpness, dtype):
         assert (ref["A"][..., 1:, :].amax(-1) > 0.99).any(), "no near-one-hot row: the cancellation case was not run"
 
 
+def test_the_cuda_kernels_trace_into_whole_graphs_and_equal_eager_flex(monkeypatch):
+    """What CUDA compiles: `_kernels("cuda")` with fullgraph=True (a graph break would fail), traced here with the
+    "aot_eager" backend (the inductor CPU backend cannot return lse), over two shapes (the second compiles with
+    dynamic shapes, as a run's smaller last batch does); results equal the eager calls."""
+    monkeypatch.setattr(flex, "COMPILE_BACKEND", "aot_eager")
+    forward, log_column_sums = flex._kernels.__wrapped__("cuda")
+    for B, n in ((1, 40), (2, 57)):
+        g = torch.Generator().manual_seed(n)
+        q = torch.randn(B, 4, n, 16, generator=g)
+        k, v = torch.randn(B, 2, n, 16, generator=g), torch.randn(B, 2, n, 8, generator=g)
+        causal, anti_causal = flex._block_masks(n, "cpu")
+        values = torch.cat([v, k], -1)
+        out, lse = forward(q, k, values, 0.25, causal)
+        expected_out, expected_lse = flex._forward(q, k, values, 0.25, causal)
+        torch.testing.assert_close(out, expected_out)
+        torch.testing.assert_close(lse, expected_lse)
+        keys = k.repeat_interleave(2, 1)
+        torch.testing.assert_close(log_column_sums(keys, q, lse, 0.25, anti_causal),
+                                   flex._log_column_sums(keys, q, lse, 0.25, anti_causal))
+    assert torch._dynamo.config.recompile_limit >= 64
+
+
 def test_a_failed_flex_kernel_falls_back_to_the_rows_path_once_with_a_warning(monkeypatch):
     calls = []
 

@@ -34,6 +34,9 @@ try:  # torch ≥ 2.5
 except ImportError:  # pragma: no cover - old torch: `available()` is False
     _flex_module = None
 
+# torch.compile's backend for the CUDA kernels; tests trace the same functions with "aot_eager" on the CPU (the
+# inductor CPU backend cannot return lse).
+COMPILE_BACKEND = "inductor"
 # The value head of the transposed call: its output is discarded, so it is as narrow as flex_attention allows.
 _UNUSED_VALUE_DIM = 16
 
@@ -96,7 +99,8 @@ def _kernels(device_type: str) -> tuple[Callable, Callable]:
     # (which would form the whole T×T map).
     config = torch._dynamo.config
     config.recompile_limit = max(getattr(config, "recompile_limit", 8), 64)
-    return torch.compile(_forward, fullgraph=True), torch.compile(_log_column_sums, fullgraph=True)
+    return (torch.compile(_forward, fullgraph=True, backend=COMPILE_BACKEND),
+            torch.compile(_log_column_sums, fullgraph=True, backend=COMPILE_BACKEND))  # fmt: skip
 
 
 def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
