@@ -121,7 +121,7 @@ CLAIMS: dict[str, Claim] = {
         "per initialisation, the switch head's BOS mass on non-trigger queries of bigram-backcopy models "
         "trained with BOS (3 seeds); the diagonal without BOS is our addition, reported, not judged",
         "training from scratch is the only way to see which mechanism is learned; the init is part of the "
-        "setting (SPEC §7)", "the same models trained without BOS", "regime_cells"),
+        "setting (docs/experiments.md)", "the same models trained without BOS", "regime_cells"),
     "weights_low_rank": Claim(
         5, "A sink is the low-rank solution: its W_QK needs rank 1 (the cost theory's rank-1 sink).",
         "effective rank of W_QK at relative offset 0, sink heads (head class sink) vs the others, one-sided "

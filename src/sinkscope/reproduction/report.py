@@ -85,6 +85,8 @@ def _figures(evidence: dict[str, dict], theory: pd.DataFrame) -> dict[str, bytes
 
 
 def _number(value) -> str:
+    if value is None:
+        return "–"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
@@ -116,9 +118,10 @@ def sensitivity_text(sensitivity: list[dict]) -> str:
     return " · ".join(f"{r['threshold']} ×{'½' if r['scale'] == 0.5 else '2'} → {r['verdict']}" for r in sensitivity)
 
 
-def section_data(summary: dict) -> list[dict]:
-    """Sections with their claims (the paper's words, test, why, control, linked table), each claim with its
-    verdict rows (model, corpus, verdict, reason, interval, sensitivity, evidence, thresholds) as plain text."""
+def section_data(summary: dict, table_names: list[str]) -> list[dict]:
+    """Sections with their claims (the paper's words, test, why, control, the table linked when `table_names`
+    has it), each claim with its verdict rows (model, corpus, verdict, reason, interval, sensitivity, evidence,
+    thresholds) as plain text."""
     out = []
     for section in SECTIONS:
         claims = []
@@ -131,7 +134,8 @@ def section_data(summary: dict) -> list[dict]:
                          "thresholds_text": ", ".join(f"{k} = {_number(x)}" for k, x in v["thresholds"].items())}
                     for v in summary["verdicts"] if v["claim"] == claim]  # fmt: skip
             claims.append({"id": claim, "paper_claim": spec.paper_claim, "test": spec.test, "why": spec.why,
-                           "control": spec.control, "table": f"tables/{spec.table}.csv", "rows": rows})  # fmt: skip
+                           "control": spec.control, "rows": rows,
+                           "table": f"tables/{spec.table}.csv" if f"{spec.table}.csv" in table_names else None})  # fmt: skip
         out.append(section | {"claims": claims})
     return out
 
@@ -178,7 +182,7 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
     context = {
         "summary": summary,
-        "sections": section_data(summary),
+        "sections": section_data(summary, table_names),
         "tables": table_names,
         "figures": {name: base64.b64encode(png).decode() for name, png in figures.items()},
         "regime_reason": regimes.get("reason", ""),
