@@ -353,6 +353,7 @@ def test_models_command_lists_every_family_with_its_analyses(capsys):
     for family in FAMILIES:
         assert f"  {family.name} ({', '.join(family.model_types)}): capture, geometry" in out
     assert "olmo2 (olmo2): capture, geometry, weights, ablate (not smoothing)" in out
+    assert "gpt_oss (gpt_oss): capture, geometry, smoothing, weights, ablate; learned sink per head" in out
     assert "Refused (attention computed outside transformers' attention interface): bloom, gpt_neo" in out
 
 
