@@ -130,9 +130,9 @@ def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tupl
     prev = torch.zeros_like(lse)
     prev[..., 1:] = torch.exp((scaling * (q_groups[..., 1:, :] * k[:, :, None, :-1]).sum(-1)).view(B, H, T - 1)
                               - lse[..., 1:])  # fmt: skip
-    q64 = q_groups.double()
-    centred = lse.double() - scaling * (q64 * k_mean.double().unsqueeze(2)).sum(-1).view(B, H, T)
-    row_entropy = centred - scaling * (q64 * k_mix.double().view(B, KV, group, T, D)).sum(-1).view(B, H, T)
+    # Dot products in float32 (no float64 copy of q: it would double the path's memory), differences in float64.
+    centred = lse.double() - logits(k_mean).double()
+    row_entropy = centred - (scaling * torch.linalg.vecdot(q, k_mix)).double()
     rows = LayerRows(
         sink=entries(k[:, :, :1]),
         diag=entries(k),
