@@ -22,6 +22,7 @@ import torch
 import transformers as tf
 
 import sinkscope.capture.attention as attention
+from sinkscope.capture.feed import Feed
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import (
@@ -33,7 +34,7 @@ from sinkscope.models.families import (
 )
 from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.ablate import head_ablation
-from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
+from sinkscope.pipelines.analysis import AnalyzeConfig, analyze, statistics_for
 
 from . import eager_reference as eager
 from .eager_reference import compare
@@ -400,8 +401,6 @@ def test_learned_sink_columns_equal_the_eager_softmax_with_its_sink_column(monke
     lm, ref = model_and_reference("gpt_oss")
     learned_sink_reference(lm, ref, CONFIG.epsilon, CONFIG.delta, CONFIG.tau)
     starts: list[int] = []
-    from sinkscope.capture.feed import Feed
-
     on_sink = Feed.on_learned_sink
     monkeypatch.setattr(Feed, "on_learned_sink", lambda self, layer, start, mass: starts.append(start) or
                         on_sink(self, layer, start, mass))  # fmt: skip
@@ -426,3 +425,24 @@ def test_view_and_unwatched_layers_of_a_learned_sink_model_keep_the_models_numbe
     expected = lm.model(input_ids=ids).logits
     with attention.watch_attention(lm.model, {}, lambda *a: None, lambda *a: None):
         torch.testing.assert_close(lm.model(input_ids=ids).logits, expected)
+
+
+def test_learned_sink_state_merges_and_restores_like_one_pass():
+    """gpt-oss through `test_statistics_merge`'s check: two shards, one restored from its `state_dict`, merged
+    statistic by statistic (the learned-sink one included), give the tables of one pass."""
+    from .test_statistics_merge import WINDOWS, feed_windows, tables
+    from .test_statistics_merge import T as LENGTH
+
+    lm = tiny("gpt_oss")
+    ids = torch.randint(1, V, (WINDOWS, LENGTH), generator=torch.Generator().manual_seed(4))
+    ids[:, 0] = 0
+    whole, even, odd = (feed_windows(lm, ids, shard) for shard in ((0, 1), (0, 2), (1, 2)))
+    restored = Feed(statistics_for(lm, LENGTH, AnalyzeConfig(geometry_cap=20, epsilons=(0.5,)), smoothing=True),
+                    LENGTH)
+    restored.load_state_dict(odd.state_dict())
+    for mine, other in zip(even.statistics, restored.statistics, strict=True):
+        mine.merge(other)
+    expected, got = tables(whole, WINDOWS), tables(even, WINDOWS)
+    assert "learned_sink_rate" in expected[0] and 0 < expected[0]["learned_sink_rate"].mean() < 1
+    for left, right in zip(expected, got, strict=True):
+        pd.testing.assert_frame_equal(left, right, rtol=1e-5, atol=1e-7)
