@@ -122,6 +122,10 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
             args.corpus, lm.tokenizer, args.seq_len, args.max_windows,
             bos_id=args.bos_id, batch_size=args.batch_size, seed=args.seed,
         )  # fmt: skip
+        available = stream.available()
+        if rank == 0 and available is not None and available < args.max_windows:
+            print(f"sinkscope analyze: corpus {args.corpus} gives {available} windows of T={args.seq_len}, fewer "
+                  f"than --max-windows {args.max_windows}: analysing {available}", file=sys.stderr)  # fmt: skip
         result = analyze(
             lm, stream, config, progress=not args.quiet, checkpoint_dir=checkpoint_dir,
             checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=args.smoothing,

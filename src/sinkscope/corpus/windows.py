@@ -83,6 +83,24 @@ class Windows:
                 f"needs {self.seq_len - 1}: use a larger corpus or a smaller --seq-len"
             )
 
+    def available(self) -> int | None:
+        """How many windows this stream will give: `max_windows`, or fewer when the corpus runs out first (counted
+        by tokenizing it up to that point, which stops at `max_windows`); None when unknown without reading it
+        all: no `max_windows` (a local corpus is not tokenized twice to count) or a streamed `hf:` dataset."""
+        if self.max_windows is None or self.source.startswith("hf:"):
+            return None
+        if self.source in TOKEN_CONTROLS:
+            return self.max_windows
+        key = (self.source, self.seq_len, self.max_windows, self.bos_id)
+        if getattr(self, "_available", (None, None))[0] != key:  # counted once per setting (CLI, then analyze)
+            count = 0
+            for _ in self._windows():
+                count += 1
+                if count >= self.max_windows:
+                    break
+            self._available = (key, count)
+        return self._available[1]
+
     def identity(self) -> dict:
         """Corpus identity recorded in run.json (SPEC §1)."""
         return {
@@ -167,6 +185,10 @@ class TokenWindows:
 
     @property
     def count(self) -> int:
+        return self.ids.shape[0]
+
+    def available(self) -> int:
+        """As `Windows.available`: every row."""
         return self.ids.shape[0]
 
     def __iter__(self) -> Iterator[torch.Tensor]:

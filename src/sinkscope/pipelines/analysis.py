@@ -120,7 +120,8 @@ def analyze(
     skip, saved_sha256 = 0, None
     if resume and checkpoint_dir is not None:
         skip, saved_sha256 = load_checkpoint(feed, Path(checkpoint_dir), rank, fingerprint)
-    total = None if windows.max_windows is None else math.ceil(windows.max_windows / world / windows.batch_size)
+    expected = windows.available()  # fewer than max_windows when the corpus runs out: the bar's true length
+    total = None if expected is None else math.ceil(expected / world / windows.batch_size)
     started = time.perf_counter()
     analysed, saved, digest = 0, feed.windows, hashlib.sha256()  # digest: token ids of this rank's windows so far
     with feed.hooks(lm):
