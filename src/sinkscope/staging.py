@@ -258,7 +258,8 @@ def check_file_target(path: str | Path) -> None:
         raise SinkscopeError(f"--out {path} is a directory; name a file, e.g. {path / 'report.html'}")
     if not path.parent.is_dir():
         raise SinkscopeError(f"--out {path}: folder {path.parent} does not exist; create it or choose another --out")
-    if path.exists() and not is_page(path):
+    ours = path.name == "report.html" and is_result_directory(path.parent)  # a run's own page, of any version
+    if path.exists() and not (is_page(path) or ours or path.stat().st_size == 0):
         raise SinkscopeError(
             f"--out {path} exists and is not a page sinkscope wrote, so it will not be replaced; choose another "
             "--out or delete it yourself"
@@ -277,8 +278,8 @@ def is_page(path: Path) -> bool:
 @contextmanager
 def staged_file(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling `.NAME.tmp-PID` to write; it replaces `path` when the block finishes and is
-    removed when it raises. `path` naming a directory, lying in a missing folder or being a file that is not a
-    sinkscope page is refused first; a symbolic link is followed (the page goes where it points)."""
+    removed when it raises. `path` naming a directory, lying in a missing folder or being a non-empty file that is
+    not a sinkscope page (nor a result directory's report.html) is refused first; a symbolic link is followed (the page goes where it points)."""
     path = Path(path)
     check_file_target(path)
     if path.is_symlink():

@@ -507,3 +507,24 @@ def test_bad_bos_id_and_set_values_are_one_line(tiny, tmp_path, capsys, monkeypa
     line = one_error(capsys, ["train-bb", "--out", out, "--grid", str(grid)])
     assert "--grid run 'a': train.lr='fast': expected a number for train.lr" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_a_full_disk_during_report_keeps_the_runs_figures(tiny, tmp_path, capsys, monkeypatch):
+    import sinkscope.report.html
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
+        assert main(analyze_args(tiny, "--out", str(out), "--max-windows", "2")) == 0
+    assert main(["report", str(out)]) == 0
+    before = snapshot(out)
+    real_write = Path.write_bytes
+
+    def full_after_a_few_bytes(self, data):
+        real_write(self, data[:50])  # a truncated PNG reached the disk, then ENOSPC
+        disk_full()
+
+    monkeypatch.setattr(Path, "write_bytes", full_after_a_few_bytes)
+    line = one_error(capsys, ["report", str(out)])
+    assert f"cannot write {out / 'figures'}" in line and "No space left on device" in line
+    assert snapshot(out) == before  # every figure and report.html as they were, no temporaries
