@@ -5,7 +5,7 @@ STAMP := .venv/.sinkscope-installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test install lint bench bench-quick
+.PHONY: demo test install lint bench bench-quick mutants
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv .venv
@@ -44,3 +44,8 @@ bench-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py --seq-lens 256,1024,4096,16384 --windows 8,2,1,1 --batch 8,2,1,1 \
 		--threads 1,2 --repeats 1 --no-warmup --methods floor,sinkscope,attentions --no-geometry \
 		--depth-seq-len 0 --out runs/bench/quick.json
+
+# One-line bugs in capture/, statistics/ and stats/, applied one at a time to a copy of HEAD, against the tests that
+# cover the statistics; not part of `make test` (docs/testing.md: what it runs, how long, how to read it).
+mutants: $(STAMP)
+	mkdir -p runs && HF_HUB_OFFLINE=1 $(PY) benchmarks/mutants.py --json runs/mutants.json
