@@ -528,3 +528,13 @@ def test_a_full_disk_during_report_keeps_the_runs_figures(tiny, tmp_path, capsys
     line = one_error(capsys, ["report", str(out)])
     assert f"cannot write {out / 'figures'}" in line and "No space left on device" in line
     assert snapshot(out) == before  # every figure and report.html as they were, no temporaries
+
+
+def test_a_full_disk_during_train_bb_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import sinkscope.synthetic.report_page
+
+    monkeypatch.setattr(sinkscope.synthetic.report_page, "write_report", disk_full)
+    out = tmp_path / "bb"
+    line = one_error(capsys, ["train-bb", "--out", str(out), *TINY_BB])
+    assert f"cannot write {out}: No space left on device" in line
+    assert list(tmp_path.iterdir()) == []  # no run, no .bb.partial-*, no lock
