@@ -327,6 +327,12 @@ def value_drain_verdict(model: str, drains: np.ndarray, group_hard_frac: np.ndar
                 "median_sink_groups": float(np.median(a)), "median_other_groups": float(np.median(b)),
                 "p_value": p, "n_sink_groups": float(a.size)}  # fmt: skip
 
+    def ratio(u, th):
+        per_group = u["drains"].mean(0)
+        sink = group_hard_frac >= th["sink_head_hard_frac"]
+        a, b = per_group[sink], per_group[~sink]
+        return float(np.median(a) / np.median(b)) if min(a.size, b.size) >= MIN_GROUPS else math.nan
+
     def decide(e, th):
         if not math.isfinite(e["p_value"]):
             return NOT_MEASURABLE
@@ -334,7 +340,7 @@ def value_drain_verdict(model: str, drains: np.ndarray, group_hard_frac: np.ndar
         return SUPPORTED if small and lower else PARTLY if small or lower else NOT_SUPPORTED
 
     return judge("value_drain", model, {"drains": np.asarray(drains, float)}, effects, decide, VALUE_DRAIN,
-                 over="windows", seed=seed, fractions=("sink_head_hard_frac",), cap=False, evidence={"n_groups": int(group_hard_frac.size)})  # fmt: skip
+                 over="windows", seed=seed, fractions=("sink_head_hard_frac",), cap=False, primary=ratio, evidence={"n_groups": int(group_hard_frac.size)})  # fmt: skip
 
 
 def mlp_like_verdict(model: str, counts: np.ndarray, queries: int, seed: int = 0) -> Verdict:
@@ -498,6 +504,10 @@ def weights_verdict(claim: str, model: str, sink_values: Sequence[float], other_
                 "median_other_heads": float(np.median(b)),
                 "p_value": float(mannwhitneyu(a, b, alternative=alternative).pvalue)}  # fmt: skip
 
+    def difference(u, _th):
+        a, b = u["values"][u["is_sink"] == 1], u["values"][u["is_sink"] == 0]
+        return float(np.median(a) - np.median(b)) if min(a.size, b.size) >= 3 else math.nan
+
     def decide(e, th):
         if not math.isfinite(e["p_value"]):
             return NOT_MEASURABLE
@@ -509,7 +519,7 @@ def weights_verdict(claim: str, model: str, sink_values: Sequence[float], other_
     if min(sinks.size, others.size) < 3:
         return Verdict(claim, model, NOT_MEASURABLE, evidence, WEIGHTS, "fewer than 3 heads in a group")
     return judge(claim, model, {"values": values, "is_sink": is_sink}, effects, decide, WEIGHTS, over="heads",
-                 seed=seed, evidence=evidence, cap=False)  # fmt: skip
+                 seed=seed, evidence=evidence, cap=False, primary=difference)  # fmt: skip
 
 
 # --- section 6 ---------------------------------------------------------------------------------------------

@@ -152,6 +152,7 @@ def judge(
     min_units: int = 2,
     descriptive: bool = False,
     cap: bool = True,
+    primary: Callable[[Mapping[str, np.ndarray], Mapping[str, float]], float] | None = None,
     seed: int = 0,
     n_boot: int = N_BOOT,
 ) -> Verdict:
@@ -172,10 +173,13 @@ def judge(
         reason = f"only {n} {over} (at least {min_units} are needed for an interval)"
         return Verdict(claim, model, NOT_MEASURABLE, base, thresholds, reason)
     point = effects(units, thresholds)
-    primary = next(iter(point))
-    resampled_effects = [effects(resample, thresholds) for resample in resamples(units, n_boot, seed)]
-    low, high = percentile_interval(np.array([e[primary] for e in resampled_effects]), point[primary])
-    interval = {"effect": primary, "estimate": point[primary], "low": low, "high": high, "level": LEVEL,
+    name = next(iter(point))
+    if primary is not None and cap:
+        raise ValueError("a primary-only resample cannot cap the verdict: pass cap=False with primary")
+    compute = effects if primary is None else (lambda u, th: {name: primary(u, th)})
+    resampled_effects = [compute(resample, thresholds) for resample in resamples(units, n_boot, seed)]
+    low, high = percentile_interval(np.array([e[name] for e in resampled_effects]), point[name])
+    interval = {"effect": name, "estimate": point[name], "low": low, "high": high, "level": LEVEL,
                 "over": over, "n": n}  # fmt: skip
     record = base | point
     if descriptive:
