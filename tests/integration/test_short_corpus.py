@@ -27,3 +27,13 @@ def test_short_corpus_is_announced_and_the_progress_bar_has_its_length(tmp_path,
     assert f"corpus {corpus} gives 5 windows of T=16, fewer than --max-windows 50: analysing 5" in err
     assert "3/3" in err and "/25" not in err  # 5 windows in batches of 2; not ceil(50 / 2) batches
     assert json.loads((tmp_path / "run" / "run.json").read_text())["corpus"]["windows"] == 5
+
+
+def test_an_hf_corpus_that_cannot_open_fails_before_the_model_loads(tmp_path, capsys):
+    """Without the datasets package, or offline, an `hf:` corpus is refused before the (here missing) model is
+    looked at; before, its generator raised only at the first window, after the model had loaded."""
+    code = main(["analyze", "--model", str(tmp_path / "no-model"), "--corpus", "hf:nobody/nothing", "--out",
+                 str(tmp_path / "run")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and ("corpus 'hf:nobody/nothing'" in err or "Hugging Face dataset 'nobody/nothing'" in err)
+    assert "no-model" not in err

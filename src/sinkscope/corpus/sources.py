@@ -57,8 +57,12 @@ def documents(source: str) -> Iterator[str]:
 
 def check_source(source: str) -> None:
     """Raise the clear error `documents` would, reading only the start of the first file: a missing source,
-    a file that is not UTF-8 text, or a first JSONL line that is not a JSON object with a `text` string."""
+    a file that is not UTF-8 text, or a first JSONL line that is not a JSON object with a `text` string; for an
+    `hf:` dataset, whatever opening its stream raises (so it fails before a model loads, not after)."""
     if source in TOKEN_CONTROLS:
+        return
+    if source.startswith("hf:"):  # open the stream now: no datasets package, no network, no such dataset
+        next(_hf_documents(source), None)
         return
     documents(source)
     path = Path(source).expanduser()
