@@ -114,21 +114,32 @@ def sweep_args(tiny, out: Path, corpora: str, *extra: str) -> list[str]:
             "--max-windows", "2", "--batch-size", "2", "--quiet", "--out", str(out), *extra]  # fmt: skip
 
 
-def test_sweep_resumes_when_a_models_first_cell_is_done_and_a_later_one_is_not(tiny, tmp_path, capsys):
+def test_sweep_resumes_when_a_models_first_cell_is_done_and_a_later_one_is_not(tiny, tmp_path, capsys, monkeypatch):
+    import sinkscope.pipelines.analysis
+
     _, corpus = tiny
     out = tmp_path / "sw"
-    assert main(sweep_args(tiny, out, str(corpus))) == 0
-    first = pd.read_csv(out / "sweep.csv")
-    second_cell = out / "cells" / first["cell"].iloc[1]  # the model's second cell, as after Ctrl-C at cell 2 of 2
-    for path in second_cell.iterdir():
-        path.unlink()
-    second_cell.rmdir()
+    real, calls = sinkscope.pipelines.analysis.analyze, []
+
+    def ctrl_c_in_the_second_cell(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sinkscope.pipelines.analysis, "analyze", ctrl_c_in_the_second_cell)
+        line = one_error(capsys, sweep_args(tiny, out, str(corpus)), code=130)
+    assert f"finished cells are kept in {out}/cells/; continue with: sinkscope sweep" in line
+    assert len(list((out / "cells").iterdir())) == 1 and not (tmp_path / ".sw.lock").exists()
     capsys.readouterr()
     assert main(sweep_args(tiny, out, str(corpus))) == 0  # was: UnboundLocalError: 'lm'
     err = capsys.readouterr().err
     assert "[1/2]" in err and "skipped" in err and err.count("analysing") == 1
-    again = pd.read_csv(out / "sweep.csv")
-    pd.testing.assert_frame_equal(again.drop(columns="analyze_seconds"), first.drop(columns="analyze_seconds"))
+    assert main(sweep_args(tiny, tmp_path / "fresh", str(corpus))) == 0
+    columns = ["model", "corpus", "seq_len", "epsilon", "windows", "sink_rate", "mean_sink_score", "cell"]
+    pd.testing.assert_frame_equal(pd.read_csv(out / "sweep.csv")[columns],
+                                  pd.read_csv(tmp_path / "fresh" / "sweep.csv")[columns])
 
 
 def test_sweep_cells_of_corpora_with_non_latin_names_do_not_collide(tiny, tmp_path):

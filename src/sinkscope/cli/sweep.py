@@ -55,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
         max_windows=args.max_windows, batch_size=args.batch_size, seed=args.seed, device=args.device,
         dtype=args.dtype,
     )  # fmt: skip
-    table = sweep(config, args.out, progress=not args.quiet, echo=lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        table = sweep(config, args.out, progress=not args.quiet,
+                      echo=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+    except KeyboardInterrupt:
+        from sinkscope.cli.analyze import resume_command
+
+        command = resume_command(args).removesuffix(" --resume")  # a sweep resumes by running it again
+        raise KeyboardInterrupt(f"finished cells are kept in {args.out}/cells/; continue with: {command}") from None
     print(f"{len(table)} rows in {args.out}/sweep.csv (figures and report.html beside it)")
     return 0
