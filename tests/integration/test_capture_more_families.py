@@ -309,6 +309,11 @@ def test_refused_model_types_name_the_reason():
             family_for(model_type)
     with pytest.raises(SinkscopeError, match="no sinkscope family entry; supported: .*gpt_neox"):
         family_for("rwkv")
+    # What does not apply to one configuration of a family, with the reason.
+    with pytest.raises(SinkscopeError, match="weight forms .* phi models: its QK LayerNorms"):
+        family_for("phi", tf.PhiConfig(qk_layernorm=True)).require("weights")
+    post_ln = family_for("opt", tf.OPTConfig(do_layer_norm_before=False))
+    assert post_ln.input_norm is None and not post_ln.supports("smoothing") and post_ln.supports("capture")
 
 
 @pytest.mark.parametrize("name", ["gpt_neox", "opt", "phi3", "phi", "olmo2", "falcon_grouped", "mixtral", "qwen2_moe",

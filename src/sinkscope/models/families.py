@@ -109,7 +109,8 @@ def _falcon(config) -> dict:
     fields: dict = {"parallel": new or bool(getattr(config, "parallel_attn", True))}
     if new:
         fields["qkv"] = "per_group"
-        if (getattr(config, "num_ln_in_parallel_attn", None) or 2) == 2:
+        two_norms = (getattr(config, "num_ln_in_parallel_attn", None) or 2) == 2
+        if two_norms and getattr(config, "parallel_attn", True):  # as FalconDecoderLayer builds its norms
             fields["input_norm"] = "ln_attn"
     elif getattr(config, "multi_query", True):
         fields["qkv"] = "concat"
