@@ -194,3 +194,25 @@ def test_the_readme_python_example_gives_the_reference_numbers(tmp_path):
     loaded = sinkscope.Run.load(tmp_path / "x")
     tables = {"heads": loaded.heads, "layers": loaded.layers, "positions": loaded.positions, **loaded.extra}
     compare(tables, loaded.meta["summary"], ref, "readme:")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("path", ["default", "blocks"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma2", "gemma3_text", "gpt2"])
+def test_every_column_on_cuda_equals_the_eager_reference(name, path, monkeypatch):
+    """On CUDA the default route takes the flex path for plain causal layers; the block path with a small device
+    budget. The reference is the CPU float64 one."""
+    import copy
+
+    import sinkscope.capture.attention as attention
+
+    lm, ref = model_and_reference(name)
+    lm = dataclasses.replace(lm, model=copy.deepcopy(lm.model).to("cuda"))
+    monkeypatch.setattr(attention, "DEVICE_BLOCK_ELEMENTS", BLOCK_ELEMENTS, raising=False)
+    run, taken, _ = analyze_on_path(lm, TokenWindows(token_windows(), batch_size=BATCH), CONFIG, path, monkeypatch)
+    expected = {"blocks"} if path == "blocks" or name in BLOCKS_ONLY else {"flex", "blocks"}
+    assert set(taken) <= expected and (path == "blocks" or name in BLOCKS_ONLY or "flex" in taken), taken
+    if name in GEOMETRY:
+        ref = dataclasses.replace(ref, layers=ref.layers[[c for c in ref.layers if c not in CERTIFICATES]])
+    tables = {"heads": run.heads, "layers": run.layers, "positions": run.positions, **run.extra}
+    compare(tables, run.meta["summary"], ref, f"{name} cuda {path}:")
