@@ -30,16 +30,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = Path(sys.executable)
-# The tests that cover the statistics (about 2 min together on 2 quiet cores); -x stops at the first failure, so a
-# killed mutant costs seconds.
+# The tests that cover the statistics, quick ones first; -x stops at the first failure, so a killed mutant costs
+# seconds to a minute.
 TESTS = (
-    "tests/integration/test_reference_columns.py",
-    "tests/integration/test_guards.py",
     "tests/unit/test_threshold_boundaries.py",
     "tests/unit/test_patterns.py",
     "tests/unit/test_switch_geometry.py",
     "tests/unit/test_blocked_attention.py",
     "tests/unit/test_statistic_state.py",
+    "tests/integration/test_guards.py",
+    "tests/integration/test_reference_columns.py",
     "tests/integration/test_fused_attention.py",
     "tests/integration/test_capture_families.py",
 )
