@@ -207,8 +207,8 @@ def test_token_text_is_never_parsed_as_html(open_page, model):
 
 
 def hand_made_page(model_dir, path, edit=None, tokens: int = 30):
-    """A page of the tiny model on `tokens` tokens whose head (1, 2) is replaced by a hand-made sink: 0.9 of every
-    row t ≥ 1 on BOS, 0.1 spread evenly over keys 1..t. `edit(data)` may change the page data before rendering."""
+    """A page of the tiny model on `tokens` tokens whose head (1, 2) is replaced by a hand-made sink: 0.8 of every
+    row t ≥ 1 on BOS (below the 0.9 of a hard sink: the map is more than one column), 0.2 spread over keys 1..t. `edit(data)` may change the page data before rendering."""
     import torch
 
     from sinkscope.explorer.capture import capture_text, text_ids
@@ -222,7 +222,7 @@ def hand_made_page(model_dir, path, edit=None, tokens: int = 30):
     sink = torch.zeros(T, T)
     sink[0, 0] = 1.0
     for t in range(1, T):
-        sink[t, 0], sink[t, 1 : t + 1] = 0.9, 0.1 / t
+        sink[t, 0], sink[t, 1 : t + 1] = 0.8, 0.2 / t
     capture.attn[1, 2] = sink
     data = page_data(lm, capture, 0.3, 0.1, 8)
     maps, data["quant"]["offsets"] = quantise_maps(capture.attn, 8)
@@ -245,9 +245,10 @@ def coloured_share(pw_page) -> float:
 
 
 def test_viewer_opens_on_the_strongest_sink_with_a_readable_scale_and_the_map_fits(open_page, model, tmp_path):
-    """The rule: open on the largest sink score α = mean_t A[t,0] (here the hand-made head, α ≈ 0.9, against the
-    random heads' ≈ 0.13); its map's median entry (≈ 0.1/t) is far below its largest, so the automatic scale is
-    log and most of the map is visibly coloured, where a linear scale leaves it near white; 30 tokens fit."""
+    """The rule: open on the largest sink score α = mean_t A[t,0] among heads that are not pure BOS columns (here
+    the hand-made head, α ≈ 0.8, against the random heads' ≈ 0.13); its map's median entry (≈ 0.2/t) is far below
+    its largest, so the automatic scale is log and most of the map is visibly coloured, where a linear scale
+    leaves it near white; 30 tokens fit."""
     model_dir, _ = model
     attn = hand_made_page(model_dir, tmp_path / "sink.html")
     alpha = attn[..., :, 0].mean(-1)  # (L, H), independently of sinkscope
@@ -261,7 +262,7 @@ def test_viewer_opens_on_the_strongest_sink_with_a_readable_scale_and_the_map_fi
     assert title.startswith("Layer 1, head 2: sink") and "dense" not in title
     assert "largest sink score" in pw_page.locator("#opening").text_content()
     info = pw_page.locator("#scale-info").evaluate("e => ({...e.dataset})")
-    assert info["log"] == "1" and float(info["hi"]) == pytest.approx(0.9, abs=1e-3)
+    assert info["log"] == "1" and float(info["hi"]) == pytest.approx(0.8, abs=1e-3)
     auto = coloured_share(pw_page)
     redrawn(pw_page, lambda: pw_page.select_option("#scale", "linear"))
     assert auto > 0.9 and coloured_share(pw_page) < 0.5 * auto, auto

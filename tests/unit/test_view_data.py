@@ -98,3 +98,12 @@ def test_colour_scale_and_opening_head_follow_their_stated_rules():
     alpha = [[sum(a[l, h, t, 0] for t in range(12)) / 12 for h in range(3)] for l in range(3)]
     best = max(((l, h) for l in range(3) for h in range(3)), key=lambda lh: alpha[lh[0]][lh[1]])
     assert opening_head(attn) == best
+    # A pure sink (every query ≥ 0.9 on BOS) is passed over for the strongest sink that shows more than one column.
+    pure = attn.clone()
+    pure[0, 1] = 0.0
+    pure[0, 1, :, 0] = 1.0
+    assert opening_head(pure) == best != (0, 1)
+    everything = torch.zeros_like(attn)
+    everything[..., 0] = 1.0
+    everything[2, 2, 1:, 0], everything[2, 2, 1:, 1] = 0.95, 0.05
+    assert opening_head(everything) == (0, 0)  # every head a pure sink: the largest α, first of the ties

@@ -151,11 +151,16 @@ def colour_scales(attn: Tensor) -> list[list[dict]]:
     return scales
 
 
-def opening_head(attn: Tensor) -> tuple[int, int]:
-    """The head the page opens on: the largest sink score α = mean_t A[t,0] on this text (the first such head in
-    layer, head order when several tie). A head with a strong sink is the pattern the page is about, and its map
-    is rarely the near-blank map of a dense head."""
-    alpha = sink_score(attn.double())  # (L, H)
+def opening_head(attn: Tensor, delta: float = 0.1) -> tuple[int, int]:
+    """The head the page opens on: the largest sink score α = mean_t A[t,0] among the heads whose map is not one
+    BOS column (fewer than half their queries t ≥ 1 put ≥ 1-δ on BOS); among all heads if every head is such a
+    pure sink. The first in layer, head order wins a tie. A sink head is the pattern the page is about; a pure
+    one shows a single dark column and nothing else, and layer 0 head 0 is often a dense, near-blank map."""
+    a = attn.double()
+    alpha = sink_score(a)  # (L, H)
+    structured = hard_sink_frac(a, delta) < 0.5
+    if structured.any():
+        alpha = alpha.masked_fill(~structured, -1.0)
     index = int(alpha.flatten().argmax())
     return divmod(index, alpha.shape[1])
 
@@ -213,7 +218,7 @@ def token_labels(tokenizer, ids: Tensor) -> list[str]:
 def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: float, bits: int) -> dict:
     """Everything the page shows except the maps, as JSON-ready values."""
     L, H, T, _ = capture.attn.shape
-    layer, head = opening_head(capture.attn)
+    layer, head = opening_head(capture.attn, delta)
     return {
         "model": {k: v for k, v in lm.identity.items() if isinstance(v, str | int | float)},
         "open": {"layer": layer, "head": head},
