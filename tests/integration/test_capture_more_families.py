@@ -320,7 +320,8 @@ def test_refused_model_types_name_the_reason():
                                   "olmoe", "gpt_oss"])  # fmt: skip
 def test_analyze_command_on_a_saved_model_directory(name, tmp_path, monkeypatch):
     """`sinkscope analyze --model DIR` on a saved directory (safetensors, fast tokenizer) of each family; OPT's
-    tokenizer has `</s>` as its BOS, as OPT's has. The report page is tested elsewhere: left out here for speed."""
+    tokenizer has `</s>` as its BOS, as OPT's has. The report page is tested elsewhere and left out here for speed,
+    but for gpt-oss, whose page shows the learned-sink score and class."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -339,14 +340,19 @@ def test_analyze_command_on_a_saved_model_directory(name, tmp_path, monkeypatch)
     tokenizer.save_pretrained(tmp_path / "model")
     write_corpus(tmp_path / "corpus.txt", documents=12, words=20)
     reports = []
-    monkeypatch.setattr("sinkscope.report.html.write_report", lambda runs, *a, **k: reports.append(runs))
+    if name != "gpt_oss":
+        monkeypatch.setattr("sinkscope.report.html.write_report", lambda runs, *a, **k: reports.append(runs))
     argv = ["analyze", "--model", str(tmp_path / "model"), "--corpus", str(tmp_path / "corpus.txt"), "--seq-len", "16",
             "--max-windows", "4", "--batch-size", "2", "--geometry-cap", "8", "--out", str(tmp_path / "run"), "--quiet"]
     assert main(argv) == 0
     run = Run.load(tmp_path / "run")
     assert run.meta["model"]["family"] == lm.family.name
     assert len(run.heads) == len(lm.layers) * lm.layout.n_heads and run.heads["sink_score"].between(0, 1).all()
-    assert run.meta["corpus"]["windows"] == 4 and len(reports) == 1
+    assert run.meta["corpus"]["windows"] == 4 and len(reports) == (name != "gpt_oss")
+    if name == "gpt_oss":
+        page = (tmp_path / "run" / "report.html").read_text()
+        assert "Learned-sink score" in page and (tmp_path / "run" / "figures" / "learned_sink_score.png").is_file()
+        assert "learned sink" in set(run.heads["head_class"])
     assert run.meta["corpus"]["bos_id"] == tokenizer.convert_tokens_to_ids(bos)
 
 

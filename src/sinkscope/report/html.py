@@ -74,10 +74,15 @@ def _summary_rows(runs: list[ReportedRun], names: list[str]) -> list[list[str]]:
 
 
 def run_figures(run: ReportedRun) -> list[tuple[str, str, Figure]]:
-    """(file stem, caption, figure) for every figure of one run."""
+    """(file stem, caption, figure) for every figure of one run (the learned-sink score's where the model has one)."""
+    learned = []
+    if "learned_sink_score" in run.heads.columns:
+        learned = [("learned_sink_score", "Learned-sink score mean_t m_t (the s_aux column) per layer and head",
+                    plots.head_heatmap(run.heads, "learned_sink_score", "learned-sink score", cmap="Purples"))]
     return [
         ("sink_score", "Sink score α = mean_t A[t,0] per layer and head",
          plots.head_heatmap(run.heads, "sink_score", "sink score")),
+        *learned,
         ("diag_score", "Diagonal score mean_t A[t,t] per layer and head",
          plots.head_heatmap(run.heads, "diag_score", "diagonal score", cmap="Blues")),
         ("head_classes", "Head classes per layer (thresholds in docs/statistics.md)", plots.head_classes(run.heads)),

@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 HEAD_CLASS_COLORS = {
+    "learned sink": "#6c3483",  # models with a learned sink column (gpt-oss)
     "sink": "#c0392b",
     "diagonal": "#2471a3",
     "previous-token": "#28b463",
