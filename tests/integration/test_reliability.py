@@ -216,7 +216,7 @@ def test_bad_arguments_fail_before_the_model_loads(tiny, tmp_path, capsys, no_mo
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+@pytest.mark.skipif(os.geteuid() == 0, reason="runs as root, whom file permissions do not stop: no directory is read-only")
 def test_read_only_out_fails_before_the_model_loads(tiny, tmp_path, capsys, no_model):
     locked = tmp_path / "ro"
     locked.mkdir(mode=0o555)
