@@ -70,6 +70,7 @@ MODELS = {  # name -> (model class, config)
     "qwen3_moe": (tf.Qwen3MoeForCausalLM, lambda: tf.Qwen3MoeConfig(**MOE, num_experts=2, moe_intermediate_size=32,
                                                                     head_dim=16)),
     "olmoe": (tf.OlmoeForCausalLM, lambda: tf.OlmoeConfig(**MOE, num_experts=2)),
+    "phimoe": (tf.PhimoeForCausalLM, lambda: tf.PhimoeConfig(**MOE, num_local_experts=2)),
     # A learned sink per head; a sliding window shorter than T in layer 0 (a boolean mask).
     "gpt_oss": (tf.GptOssForCausalLM, lambda: tf.GptOssConfig(**MOE, num_local_experts=2, head_dim=16, sliding_window=5,
                                                               layer_types=["sliding_attention", "full_attention"])),

@@ -218,6 +218,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("mixtral", ("mixtral",), notes="mixture-of-experts MLP"),
     Family("qwen2_moe", ("qwen2_moe", "qwen3_moe"), notes="mixture-of-experts MLP"),
     Family("olmoe", ("olmoe",), notes="mixture-of-experts MLP; QK-norm over all heads"),
+    Family("phimoe", ("phimoe",), norm="layernorm", notes="mixture-of-experts MLP"),
     Family(
         "gpt_oss",
         ("gpt_oss",),
