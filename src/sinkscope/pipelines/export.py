@@ -1,13 +1,12 @@
 """Every table of a run (or sweep) directory as CSV or JSON, for people who do not use pandas or parquet.
 
 The export folder is written like a run directory: staged beside `--out` and renamed into place, so a full disk
-leaves no half export; it replaces only an earlier export (marked by `.sinkscope-export.json`, or holding only
-`<table>.<format>` files of this run), never a folder of other files.
+leaves no half export; it replaces only an earlier export (a folder holding nothing but `<table>.<format>` files
+of this run's tables), never a folder of other files.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +15,6 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.staging import real_target, staged_directory
 
 FORMATS = ("csv", "json")
-MARKER = ".sinkscope-export.json"
 
 
 def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None) -> list[Path]:
@@ -41,7 +39,7 @@ def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None
         if not folder.is_dir():
             raise SinkscopeError(f"--out {folder} exists and is not a directory; choose another --out")
         entries = {entry.name for entry in folder.iterdir()}
-        foreign = sorted(entries - names - {MARKER}) if MARKER not in entries else []
+        foreign = sorted(entries - names)
         if foreign:
             raise SinkscopeError(
                 f"--out {folder} holds files that are not an export of {directory} ({', '.join(foreign[:3])}), so "
@@ -58,7 +56,6 @@ def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None
                 table.to_csv(target, index=False)
             else:
                 table.to_json(target, orient="records", indent=1, force_ascii=False)
-        (staging / MARKER).write_text(json.dumps({"source": str(directory), "format": fmt}), encoding="utf-8")
     return [out / f"{path.stem}.{fmt}" for path in tables]
 
 
