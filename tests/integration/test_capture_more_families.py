@@ -174,8 +174,13 @@ def model_and_reference(name: str):
     return lm, ref
 
 
-@pytest.mark.parametrize("path", ["default", "blocks"])
-@pytest.mark.parametrize("name", [n for n in MODELS if n != "gpt_oss"])  # gpt-oss: test_learned_sink_columns_...
+# Every family on the default and the block path (gpt-oss: test_learned_sink_columns_...); the fused path (CPU, long
+# windows) forced for a few, one per kind of attention input (fused per-head QKV, no input norm, GQA, fused concat).
+ROUTES = [(n, p) for n in MODELS if n != "gpt_oss" for p in ("default", "blocks")] + [
+    (n, "fused") for n in ("gpt_neox", "olmo2", "mixtral", "phi3")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "path"), ROUTES)
 def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
     lm, ref = model_and_reference(name)
     taken: list[str] = []
@@ -188,9 +193,12 @@ def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
 
     monkeypatch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     monkeypatch.setattr(attention, "attention_path", spy)
+    if path == "fused":
+        monkeypatch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
     run = analyze(lm, TokenWindows(token_windows(), batch_size=BATCH), CONFIG, progress=False)
     # Falcon always hands its attention a mask (ALiBi adds to it): the block path; the others are plain causal.
-    assert set(taken) == ({"blocks"} if path == "blocks" or name.startswith("falcon") else {"rows"})
+    plain = {"default": "rows", "fused": "fused", "blocks": "blocks"}[path]
+    assert set(taken) == ({"blocks"} if name.startswith("falcon") else {plain})
     tables = {"heads": run.heads, "layers": run.layers, "positions": run.positions, **run.extra}
     compare(tables, run.meta["summary"], ref, f"{name} {path}:")
     for key in ("hard_sink", "off", "on"):  # the thresholds were crossed, so a wrong comparison shows
