@@ -90,7 +90,16 @@ def snapshot(root: Path) -> dict[str, bytes]:
 # --- 1. grid run names never leave --out ------------------------------------------------------------------------
 
 
-def test_grid_names_cannot_write_or_delete_outside_out(tmp_path, capsys):
+@pytest.fixture
+def no_bb_page(monkeypatch):
+    """train-bb runs without their figures and page (tested in tests/unit/test_train_bb.py)."""
+    import sinkscope.synthetic.report_page
+
+    monkeypatch.setattr(sinkscope.synthetic.report_page, "write_figures", lambda *args, **kwargs: [])
+    monkeypatch.setattr(sinkscope.synthetic.report_page, "write_report", lambda path, *args: path.touch())
+
+
+def test_grid_names_cannot_write_or_delete_outside_out(tmp_path, capsys, no_bb_page):
     victim = tmp_path / "victim"  # an analyze run next to --out
     victim.mkdir()
     (victim / "run.json").write_text('{"precious": true}')
@@ -524,10 +533,12 @@ def test_a_full_disk_during_report_keeps_the_runs_figures(tiny, tmp_path, capsys
     import sinkscope.report.html
 
     out = tmp_path / "run"
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch:  # a run whose report and figures stand in for those of an earlier report
         patch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
         assert main(analyze_args(tiny, "--out", str(out), "--max-windows", "2")) == 0
-    assert main(["report", str(out)]) == 0
+    (out / "figures").mkdir()
+    for name in ("head_scores.png", "sink_rate_by_layer.png", "head_scores.svg"):
+        (out / "figures" / name).write_bytes(os.urandom(64))
     before = snapshot(out)
     real_write = Path.write_bytes
 
