@@ -437,7 +437,7 @@ def test_learned_sink_columns_equal_the_eager_softmax_with_its_sink_column(monke
     assert "learned sink" in set(heads["head_class"]) and len(set(heads["head_class"])) > 1
 
 
-def test_view_and_unwatched_layers_of_a_learned_sink_model_keep_the_models_numbers():
+def test_unwatched_learned_sink_modules_keep_the_models_numbers():
     """Outside an analysis (a module no statistic watches) the learned sink still applies: the model's own eager
     attention, not sdpa; the logits equal eager's."""
     lm = tiny("gpt_oss")
