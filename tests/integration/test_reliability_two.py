@@ -560,3 +560,25 @@ def test_a_full_disk_during_train_bb_is_one_line_and_leaves_nothing(tmp_path, ca
     line = one_error(capsys, ["train-bb", "--out", str(out), *TINY_BB])
     assert f"cannot write {out}: No space left on device" in line
     assert list(tmp_path.iterdir()) == []  # no run, no .bb.partial-*, no lock
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tiny, tmp_path, capsys, monkeypatch, no_report):
+    out = tmp_path / "run"
+    args = analyze_args(tiny, "--out", str(out), "--checkpoint-every", "2")
+    real_write, writes = Path.write_bytes, []
+
+    def second_checkpoint_fills_the_disk(self, data):
+        if ".tmp" in self.name and "rank0" in self.name:
+            writes.append(1)
+            if len(writes) == 2:
+                real_write(self, data[:10])
+                disk_full()
+        return real_write(self, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_bytes", second_checkpoint_fills_the_disk)
+        line = one_error(capsys, args)
+    checkpoint = tmp_path / ".run.checkpoint" / "rank0.safetensors"
+    assert f"cannot write checkpoint {checkpoint}: No space left on device" in line and "--resume" in line
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["rank0.safetensors"] and not out.exists()
+    assert main([*args, "--resume"]) == 0 and not checkpoint.parent.exists()

@@ -24,7 +24,7 @@ def checkpoint_file(directory: Path, rank: int) -> Path:
 
 def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict, windows_sha256: str) -> None:
     """Write this rank's state atomically (temp file, then rename), with `windows_sha256` of its windows so far."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -37,8 +37,14 @@ def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict, w
         "windows_sha256": windows_sha256,
     }
     try:
-        save_file(state, str(tmp), metadata=metadata)
+        tmp.write_bytes(save(state, metadata=metadata))  # bytes first: Python's OSError on a full disk
         tmp.replace(path)
+    except OSError as err:  # a full disk: the previous checkpoint stays whole
+        tmp.unlink(missing_ok=True)
+        raise SinkscopeError(
+            f"cannot write checkpoint {path}: {err.strerror or err}; the previous checkpoint (if any) is unchanged: "
+            "free space, then rerun the same command with --resume"
+        ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
