@@ -72,3 +72,22 @@ def test_smollm2_hover_values_equal_eager_attention(open_page, smollm2_page):
         assert (int(tip["query"]), int(tip["key"])) == (t, k)
         assert abs(float(tip["value"]) - float(attn[layer, head, t, k])) <= shown_error(8) + 1e-5, (t, k, tip)
     loaded.assert_clean()
+
+
+def test_smollm2_page_opens_on_a_sink_head_by_its_stated_rule(open_page, smollm2_page):
+    """The rule of docs/view.md against the eager maps: the largest α = mean_t A[t,0] among heads with fewer than
+    half their queries at ≥ 0.9 on BOS; that head is a sink (not the dense layer-0 head); 256 tokens are drawn at
+    2 px, the panel scrolling at most a few cells' worth."""
+    page, attn = smollm2_page
+    alpha = attn[..., :, 0].mean(-1).clone()
+    alpha[(attn[..., 1:, 0] >= 0.9).double().mean(-1) >= 0.5] = -1.0
+    expected = divmod(int(alpha.flatten().argmax()), alpha.shape[1])
+    loaded = open_page(page.path)
+    pw_page = loaded.page
+    pw_page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+    title = pw_page.locator("#map-title")
+    assert (int(title.get_attribute("data-layer")), int(title.get_attribute("data-head"))) == expected
+    assert ": sink" in title.text_content()
+    wrap = pw_page.evaluate("() => { const w = document.getElementById('map-wrap'); return [w.scrollWidth, w.clientWidth]; }")
+    assert int(pw_page.locator("#map").get_attribute("data-cell")) == 2 and wrap[0] <= wrap[1] + 60, wrap
+    loaded.assert_clean()

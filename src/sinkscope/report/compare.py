@@ -88,7 +88,7 @@ def summary_table(runs: list, names: list[str]) -> dict:
             "The runs threshold at different ε (" + ", ".join(map(str, epsilons)) + "): their sink rates differ by "
             "definition, not only by model or corpus.")  # fmt: skip
     return {"header": headers(SUMMARY_COLUMNS), "rows": rows, "titles": titles, "epsilon_note": note,
-            "classes": [None, None, None] + ["num"] * (len(SUMMARY_COLUMNS) - 3)}  # fmt: skip
+            "classes": ["text", None, None] + ["num"] * (len(SUMMARY_COLUMNS) - 3)}  # fmt: skip
 
 
 def relative_depth(layers: pd.DataFrame) -> pd.Series:
@@ -136,7 +136,7 @@ def classes_figure(counts: pd.DataFrame) -> Figure:
     """Share of heads per class, one bar per run within each class."""
     shares = counts / counts.sum()
     n_runs = shares.shape[1]
-    fig = Figure(figsize=(max(5.0, 1.1 * len(shares) * max(1, n_runs) / 2 + 2), 3.4))
+    fig = Figure(figsize=(min(8.0, 2.0 + 0.45 * len(shares) * n_runs), 3.2))
     ax = fig.subplots()
     width = 0.8 / n_runs
     x = np.arange(len(shares))
@@ -166,7 +166,7 @@ def classes_table(counts: pd.DataFrame) -> dict:
 def difference_figure(reference: pd.DataFrame, other: pd.DataFrame, title: str) -> Figure:
     """Per-head `other − reference` of the sink and the diagonal score (layer × head), each on a diverging colour
     scale symmetric about 0 whose end is the largest |difference| (so a small difference is not drawn white)."""
-    fig = Figure(figsize=(2.6 + 0.7 * reference["head"].nunique(), 1.6 + 0.2 * reference["layer"].nunique()))
+    fig = Figure(figsize=(2.6 + 0.7 * reference["head"].nunique(), 1.6 + 0.12 * reference["layer"].nunique()))
     axes = fig.subplots(1, 2)
     for ax, column, label in zip(axes, ("sink_score", "diag_score"), ("Δ sink score", "Δ diagonal score")):
         grid = (other.pivot(index="layer", columns="head", values=column)
