@@ -168,3 +168,21 @@ def test_sweep_cells_stay_under_out_and_rows_point_at_their_own_cell(fake_analys
         for row in table.itertuples():
             run = Run.load(out / "cells" / row.cell)
             assert run.meta["sweep_cell"]["corpus"] == row.corpus and run.meta["sweep_cell"]["model"] == row.model
+
+
+@SETTINGS
+@given(name=FILE_NAME)
+def test_a_run_saved_under_any_name_leaves_only_that_folder(name):
+    """`--out` may be any file name (spaces, non-Latin, leading '-' or '.', glob characters): the lock and the staged
+    folder beside it go, the run is exactly where it was asked, and replacing it keeps that true."""
+    from sinkscope.staging import claimed_output
+
+    table = pd.DataFrame({"layer": [0]})
+    meta = {"model": {"name": "m"}, "corpus": {"source": "c"}, "summary": {"sink_rate": 0.5}}
+    with tempfile.TemporaryDirectory() as root:
+        out = Path(root) / name
+        for overwrite in (False, True):
+            with claimed_output(out, overwrite=overwrite):
+                Run(meta=meta, heads=table, layers=table, positions=table).save(out, overwrite=True, report=False)
+            assert os.listdir(root) == [name]
+            assert Run.load(out).meta == meta
