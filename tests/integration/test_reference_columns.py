@@ -30,7 +30,7 @@ V, T, N, BATCH = 96, 13, 10, 4  # batches of 4, 4, 2 windows
 BLOCK_ELEMENTS = 1000
 COMMON = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
               max_position_embeddings=64)  # fmt: skip
-CONFIG = AnalyzeConfig(epsilon=0.25, delta=0.5, tau=0.7, epsilons=(0.1, 0.6), geometry_cap=0)
+CONFIG = AnalyzeConfig(epsilon=0.25, delta=0.4, tau=0.7, epsilons=(0.1, 0.6), geometry_cap=0)
 
 MOE = dict(num_experts_per_tok=1)
 FAMILIES = {  # model type -> (config, model class): every type of the family table but the multimodal "gemma3"
