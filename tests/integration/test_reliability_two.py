@@ -582,3 +582,27 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tiny, tmp
     assert f"cannot write checkpoint {checkpoint}: No space left on device" in line and "--resume" in line
     assert [p.name for p in checkpoint.parent.iterdir()] == ["rank0.safetensors"] and not out.exists()
     assert main([*args, "--resume"]) == 0 and not checkpoint.parent.exists()
+
+
+def test_an_interrupted_grid_keeps_its_finished_runs_and_names_the_command(tmp_path, capsys, monkeypatch, no_bb_page):
+    import sinkscope.synthetic.experiments as experiments
+
+    real, calls = experiments.train_bb, []
+
+    def ctrl_c_in_the_second_run(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    out = tmp_path / "g"
+    argv = ["train-bb", "--out", str(out), "--seeds", "0,1", *TINY_BB]
+    with monkeypatch.context() as patch:
+        patch.setattr(experiments, "train_bb", ctrl_c_in_the_second_run)
+        line = one_error(capsys, [*argv, "--overwrite"], code=130)
+    assert f"finished runs are kept in {out}/; continue with: sinkscope train-bb --out {out} --seeds 0,1" in line
+    assert "--overwrite" not in line and (out / "run" / "seed_0" / "summary.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"] and sorted(os.listdir(out / "run")) == ["seed_0"]
+    stamp = (out / "run" / "seed_0" / "summary.json").stat().st_mtime_ns
+    assert main(argv) == 0 and (out / "run" / "seed_0" / "summary.json").stat().st_mtime_ns == stamp
+    assert (out / "run" / "seed_1" / "summary.json").is_file()

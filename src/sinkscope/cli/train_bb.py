@@ -163,7 +163,16 @@ def run(args: argparse.Namespace) -> int:
         _check_resumable(args.out)
     # A single run claims --out like analyze does; a grid takes only the lock and resumes into its own folder.
     with claimed_output(args.out, args.overwrite, resume=is_grid):
-        return _run(args, overrides, seeds)
+        try:
+            return _run(args, overrides, seeds)
+        except KeyboardInterrupt:
+            if not is_grid:
+                raise KeyboardInterrupt("nothing was saved") from None
+            import shlex
+
+            argv = [arg for arg in args.argv if arg != "--overwrite"]  # a grid resumes by running it again
+            command = " ".join(["sinkscope", *map(shlex.quote, argv)])
+            raise KeyboardInterrupt(f"finished runs are kept in {args.out}/; continue with: {command}") from None
 
 
 def _run(args: argparse.Namespace, overrides: dict[str, Any], seeds: tuple[int, ...] | None) -> int:
