@@ -32,8 +32,8 @@ def test_sweep_counts_every_epsilon_in_one_pass_and_resumes(tiny, tmp_path):
     table = sweep(config, tmp_path / "sw", progress=False, echo=lines.append)
     assert len(table) == 1 * 2 * 2 * 3 and sum("analysing" in line for line in lines) == 4
     assert pd.read_csv(tmp_path / "sw" / "sweep.csv").shape == table.shape
-    assert {p.name for p in (tmp_path / "sw" / "figures").iterdir()} == {"sink_rate_vs_epsilon.png",
-                                                                        "sink_rate_vs_seq_len.png"}
+    assert {p.name for p in (tmp_path / "sw" / "figures").iterdir()} == {
+        f"sink_rate_vs_{x}.{kind}" for x in ("epsilon", "seq_len") for kind in ("png", "svg")}  # vector beside PNG
     # Each ε counted in the shared pass equals a separate analysis at that ε alone.
     lm = load_model(model)
     for epsilon in config.epsilons:
@@ -70,6 +70,19 @@ def test_sweep_rejects_bad_lists_before_loading_a_model(tmp_path, capsys):
         SweepConfig(models=("m",), corpora=("builtin:prose",), seq_lens=(64,), epsilons=(0.3, 1.5))
     with pytest.raises(SinkscopeError, match="no-such-file"):
         SweepConfig(models=("m",), corpora=("no-such-file.txt",), seq_lens=(64,))
+
+
+def test_export_of_a_sweep_counts_in_words_and_names_the_cells(tiny, tmp_path, capsys):
+    model, corpus = tiny
+    config = SweepConfig(models=(model,), corpora=(corpus,), seq_lens=(8,), epsilons=(0.3,), max_windows=2,
+                         batch_size=2)  # fmt: skip
+    table = sweep(config, tmp_path / "sw", progress=False, echo=lambda line: None)
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "sw"), "--format", "json"]) == 0
+    wrote, cells = capsys.readouterr().out.strip().splitlines()
+    assert wrote == f"wrote 1 table to {tmp_path / 'sw' / 'json'}: sweep.json"
+    assert cells == (f"each sweep cell's own tables: sinkscope export {tmp_path / 'sw' / 'cells'}/NAME --format json "
+                     f"(cells: {table['cell'].iloc[0]})")  # fmt: skip
 
 
 def test_export_writes_every_table_as_csv_and_json(tiny, tmp_path):

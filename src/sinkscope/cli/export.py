@@ -28,8 +28,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from sinkscope.pipelines.export import export_tables
 
     written = export_tables(args.run, args.format, args.out)
-    print(f"wrote {len(written)} tables to {written[0].parent}: {', '.join(p.name for p in written)}")
+    noun = "table" if len(written) == 1 else "tables"
+    print(f"wrote {len(written)} {noun} to {written[0].parent}: {', '.join(p.name for p in written)}")
+    cells = Path(args.run) / "cells"
+    if cells.is_dir():  # a sweep: its table has one row per cell; each cell is a run directory of its own
+        print(f"each sweep cell's own tables: sinkscope export {cells}/NAME --format {args.format} "
+              f"(cells: {', '.join(sorted(p.name for p in cells.iterdir() if p.is_dir())) or 'none'})")
     return 0
