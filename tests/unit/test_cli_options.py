@@ -36,6 +36,7 @@ def flags(records: dict) -> set[str]:
 
 # Options added since the fixture was dumped, per command (issue 27: --threads on every command that loads a model).
 ADDED = {command: {"--threads"} for command in ("analyze", "view", "ablate", "sweep", "reproduce")}
+ADDED["reproduce"] |= {"--random-draws", "--ablation-windows"}  # issue 24: the ablations' draws and windows
 
 
 def test_every_subcommand_keeps_its_options():

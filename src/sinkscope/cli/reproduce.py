@@ -48,6 +48,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="few windows and a small geometry sample: every section, on less data (minutes)")
     parser.add_argument("--windows", type=int, default=None, help="windows per main corpus (default 32; quick 8)")
+    parser.add_argument("--random-draws", type=int, default=None,
+                        help="random head sets per ablation (default 8; quick 2): the ablation intervals are over them")
+    parser.add_argument("--ablation-windows", type=int, default=None,
+                        help="windows of the ablations (default 16; quick 2)")
     parser.add_argument("--regimes-from", default=None, metavar="DIR",
                         help="read the bigram-backcopy regime map from DIR (the --out of `sinkscope train-bb "
                         "--grid regimes`) instead of training it")  # fmt: skip
@@ -61,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = dict(models=args.models, corpora=args.corpora, seq_len=args.seq_len, seed=args.seed,
                      device=args.device, dtype=args.dtype, regimes_from=args.regimes_from)  # fmt: skip
-    if args.windows is not None:
-        overrides["windows"] = args.windows
+    for name in ("windows", "random_draws", "ablation_windows"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
     config = ReproduceConfig.preset(args.quick, **overrides)
     summary = reproduce(config, args.out)
     width = max(len(v["claim"]) for v in summary["verdicts"])
