@@ -166,7 +166,8 @@ def classes_table(counts: pd.DataFrame) -> dict:
 def difference_figure(reference: pd.DataFrame, other: pd.DataFrame, title: str) -> Figure:
     """Per-head `other − reference` of the sink and the diagonal score (layer × head), each on a diverging colour
     scale symmetric about 0 whose end is the largest |difference| (so a small difference is not drawn white)."""
-    fig = Figure(figsize=(2.6 + 0.7 * reference["head"].nunique(), 1.6 + 0.12 * reference["layer"].nunique()))
+    fig = Figure(figsize=(3.2 + 0.7 * reference["head"].nunique(), 1.6 + 0.12 * reference["layer"].nunique()),
+                 layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, column, label in zip(axes, ("sink_score", "diag_score"), ("Δ sink score", "Δ diagonal score")):
         grid = (other.pivot(index="layer", columns="head", values=column)
@@ -181,7 +182,6 @@ def difference_figure(reference: pd.DataFrame, other: pd.DataFrame, title: str) 
         layer_ticks(ax, "y")
         fig.colorbar(image, ax=ax, fraction=0.08, label=label)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
