@@ -181,6 +181,19 @@ def test_comparison_depth_figure_puts_every_run_on_one_relative_depth_axis(runs,
             assert list(line.get_ydata()) == pytest.approx(list(expected))
 
 
+def assert_every_header_is_defined(page, path) -> None:
+    """Every column header has a hover definition naming its document section, and its link lands on the
+    definition in the page's Definitions list."""
+    headers = page.evaluate("""() => [...document.querySelectorAll('th')].map(th => {
+        const link = th.querySelector('a.def');
+        const target = link && document.getElementById(link.getAttribute('href').slice(1));
+        return {text: th.textContent, title: th.title, target: target ? target.textContent : null}; })""")
+    assert len(headers) >= 5, path
+    for header in headers:
+        assert header["title"] and "§" in header["title"], (path.name, header)
+        assert header["target"] is not None, (path.name, header)
+
+
 def test_every_column_header_has_a_hover_definition(runs, open_page, tmp_path):
     from sinkscope.pipelines.sweep import SweepConfig, sweep
 
@@ -189,14 +202,7 @@ def test_every_column_header_has_a_hover_definition(runs, open_page, tmp_path):
     sweep(config, tmp_path / "sw", progress=False)
     for path in (runs / "prose_run" / "report.html", runs / "cmp.html", tmp_path / "sw" / "report.html"):
         page = open_page(path).page
-        headers = page.evaluate("""() => [...document.querySelectorAll('th')].map(th => {
-            const link = th.querySelector('a.def');
-            const target = link && document.getElementById(link.getAttribute('href').slice(1));
-            return {text: th.textContent, title: th.title, target: target ? target.textContent : null}; })""")
-        assert len(headers) >= 10, path
-        for header in headers:
-            assert header["title"] and "docs/" in header["title"], (path.name, header)
-            assert header["target"] is not None, (path.name, header)  # the link lands on its definition
+        assert_every_header_is_defined(page, path)
     # The single-T sweep says why it has no T plot instead of drawing one dot per corpus.
     assert "One window length (T = 8): no plot against T" in page.inner_text("body")
     assert page.evaluate("() => document.images.length") == 1
@@ -319,6 +325,7 @@ def test_ablate_page_loads_cleanly_and_shows_every_set(runs, tmp_path, open_page
     assert code == 0
     loaded = open_page(tmp_path / "abl" / "report.html")
     facts = assert_readable(loaded)
+    assert_every_header_is_defined(loaded.page, tmp_path / "abl" / "report.html")
     assert "sinkscope ablate: model" == facts["title"]
     assert loaded.page.evaluate("() => getComputedStyle(document.body).maxWidth") == "1100px"  # the house style
     curve = pd.read_parquet(tmp_path / "abl" / "ablation.parquet")
@@ -342,6 +349,7 @@ def test_cost_page_loads_cleanly_and_shows_every_setting(tmp_path, open_page):
     frame = run_cost_sweep(config, tmp_path / "cost")
     loaded = open_page(tmp_path / "cost" / "report.html")
     facts = assert_readable(loaded)
+    assert_every_header_is_defined(loaded.page, tmp_path / "cost" / "report.html")
     assert facts["title"] == "sinkscope cost: orthonormal, gaussian"
     assert loaded.page.evaluate("() => document.images.length") == 3
     rows = loaded.page.evaluate(

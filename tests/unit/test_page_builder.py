@@ -43,6 +43,7 @@ CONTEXTS = {
                               "quant": {"bits": 8, "error": 2e-3, "shown_error": 2.5e-3}},
                      "data_json": "{}", "maps": ""},
     "results.html.j2": {"title": "H <1>", "intro": "i", "settings": [["model", "m"]], "figures": [],
+                        "settings_header": ["setting", "value"], "terms": [],
                         "tables": [{"caption": "c", "header": ["x"], "rows": [["1"]], "classes": ["num"]}]},
 }  # fmt: skip
 

@@ -90,19 +90,62 @@ TERMS: dict[str, Term] = {
 }
 
 
+COST = "docs/theory/cost.md § Sweeps: sinkscope cost"
+COMMANDS = "README.md § Command line, and the command's --help"
+# The pages of `sinkscope ablate` and `sinkscope cost` (report/results_page.py): their own columns, where a name
+# can mean something else than on the analyze pages (T there is the number of context tokens).
+RESULTS_TERMS: dict[str, Term] = {
+    "setting": Term("a setting of the command that wrote this page", COMMANDS),
+    "value": Term("the setting's value", COMMANDS),
+    "selection": TERMS["selection"],
+    "fraction": TERMS["fraction"],
+    "n_heads": TERMS["n_heads"],
+    "delta_loss": TERMS["delta_loss"],
+    "delta_std": TERMS["delta_std"],
+    "delta_sem": Term("standard error of delta_loss over the evaluation windows", ABLATIONS),
+    "draws": Term("number of random head sets drawn at this fraction (1 for a scored selection)", ABLATIONS),
+    "seed": Term("seed of the random draw (head set, or embedding draw)", f"{ABLATIONS}; {COST}"),
+    "heads": Term("the ablated heads, as L<layer>H<head>", ABLATIONS),
+    "T": Term("number of context tokens t = 1..T besides the sink z₀", COST),
+    "d": Term("embedding dimension", COST),
+    "dim": Term("embedding dimension d, or the layer's width for model:NAME", COST),
+    "family": Term("how the embeddings were drawn (orthonormal, gaussian, shared_mean:ρ, anti_aligned:ρ, "
+                   "low_rank:r, model:NAME)", COST),  # fmt: skip
+    "layer": Term("the model layer whose attention inputs z were used (model:NAME only)", COST),
+    "pattern": Term("the attention pattern represented: sink (every query on z₀) or diagonal (each on itself)", COST),
+    "norm": Term("the norm of W_QK minimised: nuclear or frobenius", COST),
+    "causal": Term("whether each query sees only the keys up to itself", COST),
+    "kappa": Term("the margin κ: the pattern's logit exceeds every other by at least κ", COST),
+    "margin": Term("the margin κ of the fitted points", COST),
+    "delta": Term("the margin's slack δ where used (empty: none)", COST),
+    "cost": Term("the minimum norm of a W_QK with the margin (inf: the pattern cannot be represented)", COST),
+    "closed_form": Term("the cost from the closed form, where one exists (docs/theory/cost.md)", COST),
+    "rank": Term("numerical rank of the optimal W_QK", COST),
+    "reduced_dim": Term("dimension of the problem after reducing to the span of the embeddings", COST),
+    "solver": Term("the convex solver used", COST),
+    "status": Term("the solver's status (optimal, infeasible, …)", COST),
+    "seconds": Term("seconds the solve took", COST),
+    "exponent": Term("a in the least-squares fit median cost ≈ c·T^a", COST),
+    "prefactor": Term("c in the fit median cost ≈ c·T^a", COST),
+    "points": Term("number of T values in the fit", COST),
+}
+
+
 def anchor(key: str) -> str:
     """The id of a term's entry in the page's Definitions list ("Δ sink rate" → "def-d-sink-rate", "sink_rate" → "def-sink_rate")."""
     slug = "".join(c if c.isalnum() or c == "_" else "-" for c in key.replace("Δ", "d").lower()).strip("-")
     return "def-" + "-".join(part for part in slug.split("-") if part)
 
 
-def headers(names: Sequence[str], keys: Sequence[str] | None = None) -> list[dict[str, str]]:
-    """Header cells for `names` (shown texts), each defined by the term `keys[i]` (default: the name itself)."""
+def headers(names: Sequence[str], keys: Sequence[str] | None = None, terms: dict[str, Term] = TERMS
+            ) -> list[dict[str, str]]:  # fmt: skip
+    """Header cells for `names` (shown texts), each defined by the term `keys[i]` (default: the name itself) of
+    `terms` (default: the analyze pages' `TERMS`)."""
     cells = []
     for name, key in zip(names, keys or names):
-        if key not in TERMS:
-            raise KeyError(f"column {key!r} has no definition in sinkscope.report.glossary.TERMS")
-        term = TERMS[key]
+        if key not in terms:
+            raise KeyError(f"column {key!r} has no definition in sinkscope.report.glossary")
+        term = terms[key]
         cells.append({"text": name, "key": key, "definition": term.definition, "section": term.section,
                       "anchor": anchor(key)})  # fmt: skip
     return cells

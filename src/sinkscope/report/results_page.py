@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sinkscope.report.glossary import RESULTS_TERMS, definitions, headers
 from sinkscope.report.page import cell_text, png_figure, write_page
 
 
@@ -25,10 +26,16 @@ def shown_table(frame: pd.DataFrame, digits: int = 4) -> dict[str, object]:
 
     numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c]) for c in frame]
     return {
-        "header": [str(c) for c in frame.columns],
+        "header": header_cells([str(c) for c in frame.columns]),
         "rows": [[text(v) for v in row] for row in frame.itertuples(index=False)],
         "classes": ["num" if n else None for n in numeric],
     }
+
+
+def header_cells(names: list[str]) -> list:
+    """Each column name with its definition (`glossary.RESULTS_TERMS`), or as plain text when it has none: a column
+    added to ablation.parquet or cost.parquet still gets its page (the browser tests ask for every definition)."""
+    return [headers([name], terms=RESULTS_TERMS)[0] if name in RESULTS_TERMS else name for name in names]
 
 
 def write_results_page(
@@ -41,10 +48,15 @@ def write_results_page(
 ) -> Path:
     """Write `path` (`results.html.j2`): `title` (also the `<title>`), an `intro` sentence, a two-column settings
     table, the PNG `figures` (caption, bytes) and the `tables` (caption, frame) in that order."""
+    shown = [{"caption": caption, **shown_table(frame)} for caption, frame in tables]
+    settings_header = header_cells(["setting", "value"])
+    defined = [[cell for cell in table["header"] if isinstance(cell, dict)] for table in shown]
     return write_page(
         path, "results.html.j2",
         title=title, intro=intro,
+        settings_header=settings_header,
         settings=[[str(k), cell_text(v)] for k, v in settings.items()],
         figures=[png_figure(png, caption) for caption, png in figures],
-        tables=[{"caption": caption, **shown_table(frame)} for caption, frame in tables],
+        tables=shown,
+        terms=definitions(settings_header, *defined),
     )  # fmt: skip
