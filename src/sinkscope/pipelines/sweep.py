@@ -208,9 +208,12 @@ def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], pr
                 for length in config.seq_lens:
                     check_seq_len(lm, length)
                 echo(f"loaded {model} in {time.perf_counter() - started:.1f} s")
-            echo(f"{label}: analysing {config.max_windows} windows")
             stream = windows(corpus, lm.tokenizer, seq_len, config.max_windows, batch_size=config.batch_size,
                              seed=config.seed)  # fmt: skip
+            available = stream.available()  # a short corpus gives fewer windows than asked: say so, and how many
+            short = "" if available is None or available >= config.max_windows else \
+                f" (the corpus gives {available} of the {config.max_windows} asked for)"
+            echo(f"{label}: analysing {config.max_windows if available is None else available} windows{short}")
             run = analyze(lm, stream, analyze_config, progress=progress)
             run.meta["sweep_cell"] = config.cell_settings(*cell)
             run.save(directory, overwrite=True, report=False)

@@ -27,6 +27,13 @@ def _panels(models: list[str]) -> tuple[Figure, list]:
     return fig, list(axes[0])
 
 
+def _legend_below(fig: Figure, ax) -> None:
+    """One legend for all panels, under them (beside them, a long corpus path squeezed the panels away)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False,
+               ncol=max(1, min(3, len(labels))))  # fmt: skip
+
+
 def sink_rate_vs_epsilon(table: pd.DataFrame) -> Figure:
     """Per model: sink rate against ε, a colour per corpus and a line style per T."""
     models, corpora = list(dict.fromkeys(table["model"])), list(dict.fromkeys(table["corpus"]))
@@ -41,8 +48,8 @@ def sink_rate_vs_epsilon(table: pd.DataFrame) -> Figure:
                 ax.plot(part["epsilon"], part["sink_rate"], styles[i % len(styles)], marker=".", color=f"C{c}",
                         label=f"{corpus}, T={seq_len}")  # fmt: skip
         ax.set_xlabel("ε")
-    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
+    _legend_below(fig, axes[0])
     return fig
 
 
@@ -60,8 +67,8 @@ def sink_rate_vs_seq_len(table: pd.DataFrame, epsilon: float) -> Figure:
         ax.set_xticks(lengths, [str(t) for t in lengths])
         ax.minorticks_off()
         ax.set_xlabel(f"window length T (ε = {epsilon})")
-    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
+    _legend_below(fig, axes[0])
     return fig
 
 
