@@ -9,6 +9,7 @@ of issue 25's review; the rest exercise capture/, statistics/ and stats/.
     .venv/bin/python benchmarks/mutants.py                 # every mutant, the statistics subset (TESTS)
     .venv/bin/python benchmarks/mutants.py --only 1,5,9    # some of them
     .venv/bin/python benchmarks/mutants.py --fast-tier     # the whole fast tier per mutant (slow: ~5 min each)
+    .venv/bin/python benchmarks/mutants.py --tests tests/unit  # other tests
 
 Prints one line per mutant (killed / SURVIVED / does not apply, seconds, the first failing test) and the kill rate;
 `--json PATH` writes them too. Exit status 1 when a mutant survives. docs/testing.md says how to read the result.
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", help="comma-separated mutant numbers (1-based), default all")
     parser.add_argument("--fast-tier", action="store_true", help="run the whole fast tier per mutant, not TESTS")
+    parser.add_argument("--tests", nargs="+", help="run these test paths per mutant instead of TESTS")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per test run (a hang counts as killed)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--list", action="store_true", help="print the mutants and exit")
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in chosen:
             print(f"{i:3d}  {MUTANTS[i - 1].path.removeprefix('src/sinkscope/')}: {MUTANTS[i - 1].what}")
         return 0
-    tests = list(FAST_TIER if args.fast_tier else TESTS)
+    tests = list(FAST_TIER if args.fast_tier else args.tests or TESTS)
     with tempfile.TemporaryDirectory(prefix="sinkscope-mutants-") as root:
         copy = Path(root) / "tree"
         copy.mkdir()
