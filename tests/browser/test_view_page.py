@@ -261,6 +261,8 @@ def test_viewer_opens_on_the_strongest_sink_with_a_readable_scale_and_the_map_fi
     title = pw_page.locator("#map-title").text_content()
     assert title.startswith("Layer 1, head 2: sink") and "dense" not in title
     assert "largest sink score" in pw_page.locator("#opening").text_content()
+    labels = pw_page.locator("#head-info b").evaluate_all("bs => bs.map(b => b.title)")
+    assert len(labels) == 7 and all(labels), labels  # each number of the head has its hover definition
     info = pw_page.locator("#scale-info").evaluate("e => ({...e.dataset})")
     assert info["log"] == "1" and float(info["hi"]) == pytest.approx(0.8, abs=1e-3)
     auto = coloured_share(pw_page)
