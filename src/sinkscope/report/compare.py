@@ -35,14 +35,19 @@ SUMMARY_COLUMNS = ("run", "model", "corpus", "T", "windows", "sink rate", "Δ si
 def short_names(runs: list) -> list[str]:
     """One short, distinct name per run: the fewest trailing parts of its directory that differ from every other
     run's ("runs/a/prose", "runs/b/prose" → "a/prose", "b/prose"); `model · corpus` for a run not read from a
-    directory; a number in front where even full paths collide."""
+    directory (`fallback_name`); a number in front where even full paths collide."""
     paths = [PurePath(str(run.meta["directory"])).parts if run.meta.get("directory") else None for run in runs]
     longest = max((len(p) for p in paths if p), default=1)
     for depth in range(1, longest + 1):
-        names = [str(PurePath(*p[-depth:])) if p else run.name for p, run in zip(paths, runs)]
+        names = [str(PurePath(*p[-depth:])) if p else fallback_name(run) for p, run in zip(paths, runs)]
         if len(set(names)) == len(names):
             return names
     return [f"{i + 1}: {name}" for i, name in enumerate(names)]
+
+
+def fallback_name(run) -> str:
+    """A run not read from a directory: 'model · corpus', the corpus by its file name (not a long path)."""
+    return f"{run.meta['model'].get('name', '?')} · {corpus_name(run.meta['corpus'].get('source'))}"
 
 
 def model_key(run) -> tuple:
@@ -136,7 +141,7 @@ def classes_figure(counts: pd.DataFrame) -> Figure:
     """Share of heads per class, one bar per run within each class."""
     shares = counts / counts.sum()
     n_runs = shares.shape[1]
-    fig = Figure(figsize=(min(8.0, 2.0 + 0.45 * len(shares) * n_runs), 3.2))
+    fig = Figure(figsize=(max(5.0, min(8.0, 2.0 + 0.45 * len(shares) * n_runs)), 3.2))
     ax = fig.subplots()
     width = 0.8 / n_runs
     x = np.arange(len(shares))

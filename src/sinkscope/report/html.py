@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sinkscope.report import plots
-from sinkscope.report.compare import comparison, short_names
+from sinkscope.report.compare import comparison, corpus_name, short_names
 from sinkscope.report.glossary import definitions, headers
 from sinkscope.report.page import cell_text, png_figure, render_page, write_page
 from sinkscope.report.smoothing_section import smoothing_section
@@ -58,7 +58,7 @@ def _summary_rows(runs: list[ReportedRun], names: list[str]) -> list[list[str]]:
         rows.append([
             name,
             cell_text(meta["model"].get("name")),
-            cell_text(meta["corpus"].get("source")),
+            corpus_name(meta["corpus"].get("source")),  # the full path: the row's hover and the page heading
             cell_text(meta["corpus"].get("seq_len")),
             cell_text(meta["corpus"].get("windows")),
             cell_text(summary["epsilon"]),
@@ -151,7 +151,8 @@ def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> 
     return {
         "heading": heading,
         "summary": {"header": summary_header, "rows": _summary_rows(runs, names),
-                    "titles": [str(run.meta.get("directory") or run.name) for run in runs]},
+                    "titles": [f"{run.meta.get('directory') or run.name}: {cell_text(run.meta['corpus'].get('source'))}"
+                               for run in runs]},
         "comparison": comparing,
         "runs": pages,
         "terms": definitions(*used),
