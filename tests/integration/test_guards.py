@@ -16,7 +16,7 @@ from sinkscope.statistics.pattern_scores import PatternScores
 from sinkscope.statistics.statistic import Columns, Rows
 from sinkscope.stats.patterns import pattern_block_sums
 
-from .test_reference_columns import V, tiny, token_windows
+from .test_reference_columns import V, one_thread, tiny, token_windows  # noqa: F401  (one_thread: autouse)
 
 NOT_CAUSAL = "not a causal softmax"
 
