@@ -182,11 +182,10 @@ def difference_figure(reference: pd.DataFrame, other: pd.DataFrame, title: str) 
         image = ax.imshow(grid, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_title(label, fontsize=9)
+        ax.set_title(f"{label}\n{title}", fontsize=9)  # the pair in each panel: no suptitle under the stamp
         layer_ticks(ax, "x")
         layer_ticks(ax, "y")
         fig.colorbar(image, ax=ax, fraction=0.08, label=label)
-    fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -203,9 +202,9 @@ def difference_figures(runs: list, names: list[str]) -> list[dict]:
         if len(figures) == MAX_DIFFERENCE_FIGURES:
             break
         ref = first_of[key]
-        title = f"{names[index]} − {names[ref]} ({run.meta['model'].get('name')})"
+        title = f"{names[index]} − {names[ref]}"
         fig = difference_figure(runs[ref].heads, run.heads, title)
-        figures.append(png_figure(figure_png(fig), f"Per-head difference: {title}"))
+        figures.append(png_figure(figure_png(fig), f"Per-head difference: {title} ({run.meta['model'].get('name')})"))
     return figures
 
 

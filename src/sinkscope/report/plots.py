@@ -67,6 +67,8 @@ def _save(fig: Figure, kind: str) -> bytes:
         warnings.simplefilter("ignore")
         label = FIGURE_LABEL.get()
         if label and getattr(fig, "_sinkscope_stamp", None) != label:  # stamp once, however often saved
+            if fig.get_layout_engine() is not None:  # lay out first (constrained): the stamp goes above the result
+                fig.draw_without_rendering()
             _stamp(fig, label)
             fig._sinkscope_stamp = label
         metadata = {"Date": None} if kind == "svg" else None
