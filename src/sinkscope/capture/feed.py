@@ -59,6 +59,8 @@ class Feed:
         self._columns: dict[int, Tensor] = {}
         self._diagonal: dict[int, Tensor] = {}
         self._learned_sink: dict[int, Tensor] = {}
+        self._watched_layers: set[int] = set()  # layers whose attention function must report every forward pass
+        self._attended: set[int] = set()  # layers whose attention function reported in this forward pass
         self._finite: list[tuple[int, Tensor]] = []  # (layer, per-window finiteness) of the batch, on the device
         self._in_batch = False
 
@@ -79,13 +81,17 @@ class Feed:
             stack.enter_context(layer_input_hooks(lm, self.on_layer_input, layers))
             if self._wanting(*ATTENTION_EVENTS):
                 modules = {index: attention_module(lm.family, lm.layers[index]) for index in layers}
+                self._watched_layers = set(modules)
                 stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer,
                                                     self.on_learned_sink))
             if any(s.needs_outputs for s in self.statistics):
                 stack.enter_context(
                     attention_output_hooks(lm, layers, self.on_attention_output, self.on_post_norm_output)
                 )
-            yield
+            try:
+                yield
+            finally:
+                self._watched_layers = set()
 
     def begin_batch(self, ids: Tensor) -> None:
         """The token ids (B, T) of the next forward pass; statistics also get the windows' corpus indices."""
@@ -99,6 +105,14 @@ class Feed:
 
     def end_batch(self, batch_size: int) -> None:
         self._raise_if_not_finite()
+        skipped = sorted(self._watched_layers - self._attended)
+        self._attended = set()
+        if skipped:
+            raise SinkscopeError(
+                f"layers {skipped} never called the attention function in a forward pass (their attention module "
+                "computes attention outside transformers' attention interface), so their statistics cannot be "
+                "measured; this model is not supported"
+            )
         self._windows.add(torch.tensor(float(batch_size)))
         self._count += batch_size
         self._in_batch = False
@@ -113,6 +127,7 @@ class Feed:
 
     def on_values(self, layer: int, value: Tensor) -> None:
         """Value vectors (B, KV, T, Dv) of a layer, before its attention: their norms per query head (B, H, T)."""
+        self._attended.add(layer)
         norms = value.float().norm(dim=-1).repeat_interleave(self.group, dim=1)
         for statistic in self.statistics:
             statistic.on_values(layer, norms)
