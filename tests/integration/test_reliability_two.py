@@ -606,3 +606,27 @@ def test_an_interrupted_grid_keeps_its_finished_runs_and_names_the_command(tmp_p
     stamp = (out / "run" / "seed_0" / "summary.json").stat().st_mtime_ns
     assert main(argv) == 0 and (out / "run" / "seed_0" / "summary.json").stat().st_mtime_ns == stamp
     assert (out / "run" / "seed_1" / "summary.json").is_file()
+
+
+def test_view_refuses_a_bad_bos_id_and_a_directory_out_before_the_model_loads(tmp_path, monkeypatch):
+    """`view --bos-id -5` and `view --out DIR` are one line before any model loads; `--bos-id` beyond the
+    vocabulary is one line right after it, never an IndexError inside the forward pass."""
+    import sinkscope.models.load as load
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.explorer.page import view
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(load, "load_model", no_loading)
+        with pytest.raises(SinkscopeError, match=r"--bos-id -5 is not a token id"):
+            view("any-model", "some text", bos_id=-5)
+        with pytest.raises(SinkscopeError, match=r"is a directory; name a file"):
+            view("any-model", "some text", out=tmp_path)
+    from .test_capture_families import build
+
+    lm = build("llama")
+    vocab = lm.model.get_input_embeddings().num_embeddings
+    with pytest.raises(SinkscopeError, match=rf"--bos-id {vocab} is not a token of the model \(its ids are 0 to"):
+        view(lm, "some text", bos_id=vocab)

@@ -50,8 +50,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     for name in ("max_windows", "batch_size"):
         if getattr(args, name) < 1:
             raise SinkscopeError(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least 1")
-    if getattr(args, "bos_id", None) is not None and args.bos_id < 0:
-        raise SinkscopeError(f"--bos-id {args.bos_id} is not a token id; token ids are ≥ 0")
+    from sinkscope.models.load import check_bos_id
+
+    check_bos_id(None, getattr(args, "bos_id", None))
     if getattr(args, "checkpoint_every", 0) < 0:
         raise SinkscopeError(f"--checkpoint-every {args.checkpoint_every} must be ≥ 0 (0: no checkpoints)")
 
@@ -105,8 +106,8 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
 
     from sinkscope.corpus.windows import windows
     from sinkscope.errors import SinkscopeError
-    from sinkscope.models.load import load_model
-    from sinkscope.pipelines.analysis import analyze, check_bos_id, check_seq_len
+    from sinkscope.models.load import check_bos_id, load_model
+    from sinkscope.pipelines.analysis import analyze, check_seq_len
     from sinkscope.pipelines.checkpoint import remove_checkpoint
     from sinkscope.pipelines.distributed import distributed_context
 

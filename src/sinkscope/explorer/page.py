@@ -23,8 +23,9 @@ from sinkscope.corpus.sources import documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
-from sinkscope.models.load import LoadedModel
+from sinkscope.models.load import LoadedModel, check_bos_id
 from sinkscope.report.page import render_page
+from sinkscope.staging import check_file_target
 from sinkscope.stats.geometry import bos_cosine, bos_norm_ratio
 from sinkscope.stats.patterns import (
     HEAD_CLASS_THRESHOLDS,
@@ -286,10 +287,14 @@ def view(
     """
     docs = _check_args(text, file, epsilon, delta, bits)
     check_length(seq_len)
+    check_bos_id(None, bos_id)  # before the model loads, what can be known then
+    if out is not None:
+        check_file_target(out)
     if isinstance(model, str):
         from sinkscope.models.load import load_model
 
         model = load_model(model, device=device, dtype=dtype)
+    check_bos_id(model, bos_id)
     ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
     capture = capture_text(model, ids)
     data = page_data(model, capture, epsilon, delta, bits)

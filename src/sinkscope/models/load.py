@@ -336,3 +336,17 @@ def resolve_device(device: str) -> torch.device:
         return torch.device(device)
     except RuntimeError as err:
         raise SinkscopeError(f"--device {device!r} is not a torch device (cpu, cuda, cuda:1, auto)") from err
+
+
+def check_bos_id(lm: LoadedModel | None, bos_id: int | None) -> None:
+    """A clear error for a `--bos-id` that is no token id (before a model loads, `lm` None: a negative one) or
+    lies outside the model's vocabulary (the embedding would fail mid-pass)."""
+    if bos_id is None:
+        return
+    if bos_id < 0:
+        raise SinkscopeError(f"--bos-id {bos_id} is not a token id; token ids are ≥ 0")
+    if lm is None:
+        return
+    vocab = lm.model.get_input_embeddings().num_embeddings
+    if bos_id >= vocab:
+        raise SinkscopeError(f"--bos-id {bos_id} is not a token of the model (its ids are 0 to {vocab - 1})")

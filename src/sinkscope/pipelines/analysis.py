@@ -71,15 +71,6 @@ def check_seq_len(lm: LoadedModel, seq_len: int) -> None:
         raise SinkscopeError(f"--seq-len {seq_len} exceeds the model's context of {limit} tokens; use ≤ {limit}")
 
 
-def check_bos_id(lm: LoadedModel, bos_id: int | None) -> None:
-    """A clear error for a `--bos-id` outside the model's vocabulary (the embedding would fail mid-pass)."""
-    if bos_id is None:
-        return
-    vocab = lm.model.get_input_embeddings().num_embeddings
-    if not 0 <= bos_id < vocab:
-        raise SinkscopeError(f"--bos-id {bos_id} is not a token of the model (its ids are 0 to {vocab - 1})")
-
-
 @torch.no_grad()
 def analyze(
     lm: LoadedModel,
