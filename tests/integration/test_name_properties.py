@@ -114,6 +114,9 @@ def fake_analysis(monkeypatch):
         def __init__(self, corpus, *args, **kwargs):
             self.corpus = corpus
 
+        def available(self) -> int:
+            return 1
+
     def analyze(lm, stream, config, progress=False):
         meta = {"model": {"name": "m"}, "corpus": {"source": stream.corpus, "windows": 1},
                 "summary": {"sink_rates": {"0.3": 0.5}, "sink_rates_of_mean": {"0.3": 0.5}, "mean_sink_score": 0.1,

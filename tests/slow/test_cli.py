@@ -27,7 +27,7 @@ def test_analyze_and_report(tmp_path):
     assert meta["model"]["sha256"] and meta["corpus"]["windows"] == 4 and meta["versions"]["torch"]
     result = sinkscope("report", str(run), str(tmp_path / "repeat"), "--out", str(tmp_path / "cmp.html"))
     assert result.returncode == 0, result.stderr
-    assert "Comparison" in (tmp_path / "cmp.html").read_text()
+    assert "sinkscope comparison: " in (tmp_path / "cmp.html").read_text()
 
 
 def bad_inputs(tmp_path):
