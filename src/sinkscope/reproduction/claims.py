@@ -339,6 +339,12 @@ def value_drain_verdict(model: str, drains: np.ndarray, group_hard_frac: np.ndar
         small, lower = e["median_sink_groups"] <= th["drain_max"], e["p_value"] < th["p_value"]
         return SUPPORTED if small and lower else PARTLY if small or lower else NOT_SUPPORTED
 
+    n_sink = int((group_hard_frac >= VALUE_DRAIN["sink_head_hard_frac"]).sum())
+    if min(n_sink, group_hard_frac.size - n_sink) < MIN_GROUPS:
+        return Verdict("value_drain", model, NOT_MEASURABLE, {"n_groups": int(group_hard_frac.size),
+                       "n_sink_groups": n_sink}, VALUE_DRAIN, f"{n_sink} of {group_hard_frac.size} KV groups have a "
+                       f"head that is hard-sink on ≥ half its queries: a test between groups needs {MIN_GROUPS} on "
+                       "each side")  # fmt: skip
     return judge("value_drain", model, {"drains": np.asarray(drains, float)}, effects, decide, VALUE_DRAIN,
                  over="windows", seed=seed, fractions=("sink_head_hard_frac",), cap=False, primary=ratio, evidence={"n_groups": int(group_hard_frac.size)})  # fmt: skip
 
