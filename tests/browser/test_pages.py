@@ -266,6 +266,7 @@ def test_train_bb_page_loads_cleanly_and_shows_the_summary(tmp_path, open_page):
     captions = page.eval_on_selector_all("figcaption", "els => els.map(e => e.textContent)")
     assert len(alts) == len(captions) == 7
     assert all("T=16" in text and "1L×2H d=16" in text and "V=12 K=2" in text for text in alts + captions)
+    assert_every_header_is_defined(page, out / "report.html")
 
 
 

@@ -32,7 +32,7 @@ CONTEXTS = {
     "train_bb.html.j2": {"summary": {"heads_line": "H <1>", "copy_head": {"layer": 0, "head": 1, "pattern": "copy"},
                                      "switch_head": {"layer": 0, "head": 0, "pattern": "sink"}},
                          "tables": {"headline": None, "heads": None, "predictions": None}, "figures": [],
-                         "config": "{}"},
+                         "config": "{}", "terms": []},
     "reproduce.html.j2": {"summary": {"config": {"models": ["H <1>"], "corpora": ["c"], "seq_len": 8, "windows": 2,
                                                  "anchor_windows": 1, "quick": False},
                                       "seconds": 1.0, "verdicts": []},

@@ -131,6 +131,56 @@ RESULTS_TERMS: dict[str, Term] = {
 }
 
 
+LAB = "docs/experiments.md § What is measured (columns of `metrics.parquet`)"
+LAB_COSTS = "docs/experiments.md § The cost predictions and what they mean for a trained `W_QK`"
+_NON_TRIGGER = "on non-trigger queries"
+# The page of one gBB lab run (`sinkscope train-bb`, synthetic/report_page.py).
+TRAIN_BB_TERMS: dict[str, Term] = {
+    "final_step": Term("the last training step (the one every final number is measured at)", LAB),
+    "seconds": Term("wall-clock seconds of the training run", LAB),
+    "loss": Term("next-token cross-entropy of the model on the evaluation batch (nats)", LAB),
+    "bayes_loss": Term("the oracle's cross-entropy on the same batch: the best any model can reach (nats)", LAB),
+    "excess_loss_noncopy": Term("mean KL(oracle ‖ model) on every position that is not a copy query (nats)", LAB),
+    "copy_acc": Term("fraction of copy queries (a trigger at t ≥ 1 + k) whose argmax prediction is s_{t−k}", LAB),
+    "copy_head_wqk_nuc_over_fro": Term("the copy head's ‖W_QK‖_* / ‖W_QK‖_F: 1 for rank one, ≈ √N for a "
+                                       "diagonal pattern", LAB_COSTS),  # fmt: skip
+    "copy_head_pred_nuclear": Term("heuristic nuclear norm the copy head's pattern needs: κ_observed × cost per κ "
+                                   "/ mean ‖z‖²", LAB_COSTS),  # fmt: skip
+    "first_step_copy_acc_0.9": Term("first evaluated step with copy_acc ≥ 0.9 (empty: never)", LAB),
+    "first_step_copy_head_bos_0.5": Term("first evaluated step where the copy head puts ≥ 0.5 of its "
+                                         f"attention {_NON_TRIGGER} on BOS (empty: never)", LAB),  # fmt: skip
+    "first_step_copy_head_diag_0.5": Term("first evaluated step where the copy head puts ≥ 0.5 of its attention "
+                                          f"{_NON_TRIGGER} on the query itself (empty: never)", LAB),  # fmt: skip
+    "layer": Term("the model layer, 0 = first", LAB),
+    "head": Term("the head within its layer", LAB),
+    "pattern": Term(f"the head's class {_NON_TRIGGER}: null, gated, sink, diagonal, previous, dense or mixed", LAB),
+    "switch_strength": Term("how completely the head switches off: the largest of its BOS mass, diagonal mass, "
+                            "1 − row_mass and 1 − gate", LAB),  # fmt: skip
+    "bos_attn": Term(f"mean A[t,0] {_NON_TRIGGER} (without BOS: the first token)", LAB),
+    "diag_attn": Term(f"mean A[t,t] {_NON_TRIGGER}", LAB),
+    "prev_attn": Term(f"mean A[t,t−k] {_NON_TRIGGER}", LAB),
+    "copy_attn": Term("mean A[t,t−k] on copy queries", LAB),
+    "entropy": Term(f"mean H(A[t,:t+1]) / log(t+1) {_NON_TRIGGER} (1 = uniform)", LAB),
+    "row_mass": Term(f"mean Σ_j A[t,j] {_NON_TRIGGER} (< 1 only with a sink logit or ReLU attention)", LAB),
+    "gate_plain": Term(f"mean gate {_NON_TRIGGER} (gated heads; empty otherwise)", LAB),
+    "gate_copy": Term("mean gate on copy queries (gated heads; empty otherwise)", LAB),
+    "sink_logit": Term("the head's learned sink logit (attention variants with one; empty otherwise)", LAB),
+    "switch_off": Term(f"fraction of queries {_NON_TRIGGER} with ‖o_t‖ ≤ 0.1 · mean_j ‖v_j‖ (the hard switch)", LAB),
+    "value_drain": Term("‖v_0‖ / mean_{j≥1} ‖v_j‖", LAB),
+    "bos_resid_ratio": Term("‖h_0‖ / mean_{t≥1} ‖h_t‖ of the residual stream entering the layer", LAB),
+    "wqk_nuclear": Term("nuclear norm of the head's W_QK = W_Q W_Kᵀ / √d_head", LAB),
+    "wqk_frobenius": Term("Frobenius norm of the head's W_QK", LAB),
+    "sink_margin": Term(f"median logit gap of BOS over the best other key {_NON_TRIGGER} (κ as realised)", LAB),
+    "diag_margin": Term(f"median logit gap of the query itself over the best other key {_NON_TRIGGER}", LAB),
+    "z_norm_sq": Term("mean ‖z‖² of the attention inputs", LAB_COSTS),
+    "pred_sink_nuclear_per_kappa": Term("nuclear norm of the cheapest sink W_QK per unit margin κ", LAB_COSTS),
+    "pred_diag_nuclear_per_kappa": Term("nuclear norm of the cheapest diagonal W_QK per unit margin κ", LAB_COSTS),
+    "pred_frobenius_per_kappa": Term("Frobenius norm of either pattern per unit margin κ (equal)", LAB_COSTS),
+    "pred_sink_nuc_over_fro": Term("nuclear / Frobenius of the sink solution (1: rank one)", LAB_COSTS),
+    "pred_diag_nuc_over_fro": Term("nuclear / Frobenius of the diagonal solution (≈ √N: full rank)", LAB_COSTS),
+}
+
+
 def anchor(key: str) -> str:
     """The id of a term's entry in the page's Definitions list ("Δ sink rate" → "def-d-sink-rate", "sink_rate" → "def-sink_rate")."""
     slug = "".join(c if c.isalnum() or c == "_" else "-" for c in key.replace("Δ", "d").lower()).strip("-")

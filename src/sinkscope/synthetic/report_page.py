@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from sinkscope.report.glossary import TRAIN_BB_TERMS, definitions, headers
 from sinkscope.report.page import cell_text, png_figure, render_page
 from sinkscope.report.plots import _stamp  # the analyze report's settings line above each figure
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
@@ -126,10 +127,11 @@ def write_figures(
 
 
 def _table(rows: list[dict[str, Any]]) -> dict[str, list] | None:
-    """Header and cell texts of `rows` (one dict per row, same keys): floats to 4 significant digits, None as –."""
+    """Header cells (each with its definition, `glossary.TRAIN_BB_TERMS`) and cell texts of `rows` (one dict per
+    row, same keys): floats to 4 significant digits, None as –."""
     if not rows:
         return None
-    return {"header": [str(k) for k in rows[0]],
+    return {"header": headers([str(k) for k in rows[0]], terms=TRAIN_BB_TERMS),
             "rows": [[f"{v:.4g}" if isinstance(v, float) else cell_text(v) for v in row.values()] for row in rows]}
 
 
@@ -142,10 +144,11 @@ def write_report(path: Path, config: RunConfig, summary: dict[str, Any], figures
         "first_step_copy_acc_0.9", "first_step_copy_head_bos_0.5", "first_step_copy_head_diag_0.5",
     )}
     label = settings_label(config)
+    tables = {"headline": _table([headline]), "heads": _table(summary["heads"]),
+              "predictions": _table([summary["predictions"]])}
     page = render_page(
-        "train_bb.html.j2", summary=summary,
-        tables={"headline": _table([headline]), "heads": _table(summary["heads"]),
-                "predictions": _table([summary["predictions"]])},
+        "train_bb.html.j2", summary=summary, tables=tables,
+        terms=definitions(*(table["header"] for table in tables.values() if table)),
         figures=[png_figure(p.read_bytes(), f"{p.stem}: {label}", alt=f"{p.stem} ({label})") for p in figures],
         config=json.dumps(config.to_dict(), indent=2),
     )  # fmt: skip
