@@ -69,7 +69,8 @@ CLAIMS: dict[str, Claim] = {
         "one), and the observed curve is the phenomenon itself",
         "λ = 0 (identity attention): the cosine the head's skip path gives without mixing", "heads"),
     "switch": Claim(
-        3, "A head implements a hard attention switch if and only if it implements an attention sink.",
+        3, "Under mild geometric assumptions (verified in pretrained LLMs), a head implements a hard attention "
+        "switch if and only if it implements an attention sink.",
         "pooled 2×2 table of queries × heads: switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖) × hard sink "
         "(A[t,0] ≥ 1 − δ); both P(sink | off) and P(off | sink)",
         "an 'if and only if' needs both directions, on the same queries, with the visible keys of each query",
@@ -89,8 +90,8 @@ CLAIMS: dict[str, Claim] = {
         "not judged",
         "none (descriptive)", "geometry"),
     "sink_ablation": Claim(
-        3, "A head implements a hard attention switch (output identically 0 on a set of tokens) if and only if "
-        "it implements an attention sink: where the most sink-like heads sink, switching them off costs little.",
+        3, "A hard attention switch is a head whose output on a fraction of tokens is identically zero; a head "
+        "implements it if and only if it implements an attention sink.",
         "zero the 10 % most hard-sink heads only on their sink queries (A[t,0] ≥ 1 − δ in the clean model), "
         "Δloss vs matched random head-and-query sets",
         "the claim is about the queries where a head sinks; zeroing it everywhere also removes what it does "
@@ -98,8 +99,8 @@ CLAIMS: dict[str, Claim] = {
         "random heads, each zeroed on as many random queries per window (many draws; the interval is over draws)",
         "ablation"),
     "sink_ablation_bos": Claim(
-        3, "A sink is an attention switch: moving all attention of the most sink-like heads to BOS (output "
-        "v_0) costs less loss than doing so for random heads.",
+        3, "The only geometrically viable solution to 'switch off' a head is to attend fully to the BOS token "
+        "(the sink).",
         "the 10 % most hard-sink heads' attention moved to BOS on every query, Δloss vs random head sets",
         "this keeps what a sinking head really outputs (v_0) and removes only its other queries' mixing",
         "random head sets of the same size (many draws; the interval is over draws)", "ablation"),
