@@ -37,3 +37,22 @@ def test_an_hf_corpus_that_cannot_open_fails_before_the_model_loads(tmp_path, ca
     err = capsys.readouterr().err
     assert code == 2 and ("corpus 'hf:nobody/nothing'" in err or "Hugging Face dataset 'nobody/nothing'" in err)
     assert "no-model" not in err
+
+
+def test_python_callers_get_the_thread_count_in_run_json():
+    """`analyze()` from Python records the CPU threads torch used (issue 27 item 6), as the CLI's --threads does."""
+    import torch
+
+    from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
+
+    from .test_capture_families import build, token_windows
+
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            run = analyze(build("llama"), TokenWindows(token_windows(2)), AnalyzeConfig(geometry_cap=0), progress=False)
+            assert run.meta["timings"]["threads"] == threads
+    finally:
+        torch.set_num_threads(before)

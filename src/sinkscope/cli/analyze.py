@@ -102,8 +102,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
-    import torch
-
     from sinkscope.corpus.windows import windows
     from sinkscope.errors import SinkscopeError
     from sinkscope.models.load import check_bos_id, load_model
@@ -139,7 +137,6 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
             f"oversmoothing: {smooth['frac_dense_more']:.3f} of heads have 2b + c > 0; observed cosine rises for "
             f"{smooth['frac_observed_rise']:.3f}; sign agreement {smooth['sign_agreement']:.3f}"
         )
-    result.meta["timings"]["threads"] = torch.get_num_threads()  # --threads, or torch's default (one per core)
     try:
         result.save(out, overwrite=True)  # --out was checked and claimed at the start
     except SinkscopeError as err:  # a full disk: the checkpoint (if any) still holds the whole pass

@@ -164,6 +164,7 @@ def analyze(
             "tokens_per_second": (analysed - skip) * world * windows.seq_len / seconds,
             "geometry_seconds": compute_seconds.get("certificates", 0.0),
             "world_size": world,
+            "threads": torch.get_num_threads(),  # the CPU threads torch used (--threads, or its default)
         },
         "summary": summary(heads, parts["window_sink_rate"].summary, config.thresholds),
     }
