@@ -36,7 +36,7 @@ CONTEXTS = {
     "reproduce.html.j2": {"summary": {"config": {"models": ["H <1>"], "corpora": ["c"], "seq_len": 8, "windows": 2,
                                                  "anchor_windows": 1, "quick": False},
                                       "seconds": 1.0, "verdicts": []},
-                          "tables": [], "sections": [], "figures": {}, "n_reused": 0},
+                          "tables": [], "sections": [], "figures": {}, "n_reused": 0, "model_note": "H <1>"},
     "view.html.j2": {"data": {"model": {"name": "H <1>"}, "n_layers": 1, "n_heads": 1, "n_tokens": 2, "ids": [1, 2],
                               "tokens": ["<s>", "a"], "heads": [[_CELL]], "layers": [_LAYER],
                               "thresholds": {"epsilon": 0.3}, "open": {"layer": 0, "head": 0},
@@ -78,7 +78,7 @@ def test_a_missing_field_fails_the_render_instead_of_printing_nothing():
 def test_markdown_is_not_html_escaped():
     summary = {"config": {"models": ["a<b>&c"], "corpora": ["c"], "seq_len": 8, "windows": 2, "anchor_windows": 1,
                           "quick": False}, "seconds": 1.0, "verdicts": []}  # fmt: skip
-    text = render_page("reproduce.md.j2", summary=summary, tables=[], sections=[], n_reused=0)
+    text = render_page("reproduce.md.j2", summary=summary, tables=[], sections=[], n_reused=0, model_note="")
     assert "Models: a<b>&c ·" in text
 
 
