@@ -155,6 +155,9 @@ def test_switch():
     moved = c.switch_verdict(M, counts)
     assert moved.verdict == P and "depends on delta" in moved.reason
     assert {(r["threshold"], r["scale"]): r["verdict"] for r in moved.sensitivity}[("delta", 2.0)] == S
+    # One δ pass (--quick): the same verdict from the δ × 1 tables, δ itself not varied.
+    single = c.switch_verdict(M, switch_counts(10, 0, 0, 20)[:, 1:2])
+    assert single.verdict == S and "delta" not in {r["threshold"] for r in single.sensitivity}
 
 
 def test_value_drain_between_kv_groups():

@@ -279,13 +279,17 @@ GRID = (0.5, 1.0, 2.0)  # the τ and δ scales the per-window switch tables are 
 
 
 def switch_verdict(model: str, counts: np.ndarray, tau: float = 0.1, delta: float = 0.1, seed: int = 0) -> Verdict:
-    """Claim `switch` from per-window 2×2 tables `counts` (W, δ scale, τ scale, 4) at δ, τ × `GRID`, cells
-    (off·sink, off·no sink, on·sink, on·no sink). Supported: P(sink | off) and P(off | sink) both ≥ 1 −
-    `miss_tol`; partly: either ≥ `partly_min`; not measurable without a switched-off or a sinking query."""
+    """Claim `switch` from per-window 2×2 tables `counts` (W, δ scale, τ scale, 4) at δ, τ × `GRID` (or at δ
+    only: a δ axis of length 1, then δ is not varied), cells (off·sink, off·no sink, on·sink, on·no sink).
+    Supported: P(sink | off) and P(off | sink) both ≥ 1 − `miss_tol`; partly: either ≥ `partly_min`; not
+    measurable without a switched-off or a sinking query."""
     thresholds = SWITCH | {"tau": tau, "delta": delta}
+    counts = np.asarray(counts, float)
+    deltas = GRID if counts.shape[1] == len(GRID) else (1.0,)
+    varied = tuple(name for name in thresholds if name != "delta" or deltas == GRID)
 
     def effects(u, th):
-        table = u["counts"][:, GRID.index(th["delta"] / delta), GRID.index(th["tau"] / tau)].sum(0)
+        table = u["counts"][:, deltas.index(th["delta"] / delta), GRID.index(th["tau"] / tau)].sum(0)
         off_sink, off_nosink, on_sink, on_nosink = (float(x) for x in table)
         return {"p_sink_given_off": _ratio(off_sink, off_sink + off_nosink),
                 "p_off_given_sink": _ratio(off_sink, off_sink + on_sink),
@@ -299,8 +303,8 @@ def switch_verdict(model: str, counts: np.ndarray, tau: float = 0.1, delta: floa
         return SUPPORTED if min(a, b) >= 1 - th["miss_tol"] else PARTLY if max(a, b) >= th["partly_min"] else (
             NOT_SUPPORTED)
 
-    return judge("switch", model, {"counts": np.asarray(counts, float)}, effects, decide, thresholds,
-                 over="windows", seed=seed, fractions=("miss_tol", "partly_min"))  # fmt: skip
+    return judge("switch", model, {"counts": counts}, effects, decide, thresholds, over="windows", seed=seed,
+                 sensitive=varied, fractions=("miss_tol", "partly_min"))  # fmt: skip
 
 
 VALUE_DRAIN = {"sink_head_hard_frac": 0.5, "drain_max": 0.5, "p_value": 0.05}

@@ -41,6 +41,11 @@ class Measurements:
     sink_queries: pd.DataFrame
 
 
+def at_delta(array: np.ndarray) -> np.ndarray:
+    """The δ × 1 slice of a per-window array with a δ-scale axis after W (`DELTA_SCALES`, or δ alone)."""
+    return array[:, DELTA_SCALES.index(1.0) if array.shape[1] == len(DELTA_SCALES) else 0]
+
+
 def _columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return frame[[name for name in names if name in frame.columns]]
 
@@ -59,13 +64,13 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
         out.append(c.Verdict("oversmoothing", model, c.NOT_MEASURABLE, reason="no smoothing columns"))
     tau, delta = run.meta["config"]["tau"], run.meta["config"]["delta"]
     out.append(c.switch_verdict(model, arrays["switch"], tau, delta, seed))
-    hard = arrays["hard_sink"][:, DELTA_SCALES.index(1.0)]  # (W, L, H) hard-sink counts at δ
+    hard = at_delta(arrays["hard_sink"])  # (W, L, H) hard-sink counts at δ
     head_frac = hard.sum(0) / (hard.shape[0] * (T - 1))  # (L, H)
     group = head_frac.shape[1] // arrays["drain"].shape[2]
     group_frac = head_frac.reshape(head_frac.shape[0], -1, group).max(-1).ravel()  # (L·KV,)
     drains = arrays["drain"].reshape(arrays["drain"].shape[0], -1)  # (W, L·KV)
     out.append(c.value_drain_verdict(model, drains, group_frac, seed))
-    out.append(c.mlp_like_verdict(model, arrays["mlp_like"][:, DELTA_SCALES.index(1.0)], T - 1, seed))
+    out.append(c.mlp_like_verdict(model, at_delta(arrays["mlp_like"]), T - 1, seed))
     return [replace(verdict, corpus=corpus) for verdict in out]
 
 
@@ -190,14 +195,15 @@ def geometry_table(run, arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
     frame = _columns(run.layers, GEOMETRY_COLUMNS).copy()
     frame["nonpos_frac_bos"] = arrays["nonpos"].sum(0) / (W * (T - 1))
     frame["nonpos_frac_control"] = arrays["nonpos_control"].sum(0) / (W * (T - 2))
-    frame["mlp_like_frac_windows"] = arrays["mlp_like"][:, DELTA_SCALES.index(1.0)].sum(0) / (W * (T - 1))
+    frame["mlp_like_frac_windows"] = at_delta(arrays["mlp_like"]).sum(0) / (W * (T - 1))
     return frame
 
 
 def switch_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
     """The pooled 2×2 switch table at every (δ, τ) scale the switch verdict reads."""
     rows = []
-    for i, d_scale in enumerate(DELTA_SCALES):
+    scales = DELTA_SCALES if arrays["switch"].shape[1] == len(DELTA_SCALES) else (1.0,)
+    for i, d_scale in enumerate(scales):
         for j, t_scale in enumerate(c.GRID):
             cells = arrays["switch"][:, i, j].sum(0)
             rows.append({"delta_scale": d_scale, "tau_scale": t_scale,
@@ -209,7 +215,7 @@ def switch_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
 def drain_table(arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
     """Per KV group: mean value drain over windows and the largest hard-sink fraction of its query heads."""
     drain = arrays["drain"].mean(0)  # (L, KV)
-    hard = arrays["hard_sink"][:, DELTA_SCALES.index(1.0)]
+    hard = at_delta(arrays["hard_sink"])
     head_frac = hard.sum(0) / (hard.shape[0] * (T - 1))  # (L, H)
     group = head_frac.shape[1] // drain.shape[1]
     group_frac = head_frac.reshape(head_frac.shape[0], -1, group).max(-1)

@@ -154,6 +154,7 @@ class ModelSections:
         c = self.config
         key = {"section": "certificates", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
                "windows": c.certificate_windows, "controls": c.certificate_controls, "seed": c.seed,
+               "layer_stride": c.smoothing_layer_stride,
                "dtype": c.dtype, "version": 1}  # fmt: skip
         directory = self.out / "certificates"
 
@@ -162,7 +163,8 @@ class ModelSections:
 
             lm = self.lm
             table, directions = certificate_layers(lm, c.corpora[0], c.seq_len, c.certificate_windows,
-                                                   middle_layers(len(lm.layers)), c.certificate_controls, c.seed)  # fmt: skip
+                                                   middle_layers(len(lm.layers))[:: c.smoothing_layer_stride],
+                                                   c.certificate_controls, c.seed)  # fmt: skip
             alignment = pq_alignment(lm, directions, c.seq_len)
             with swapped_directory(target) as staging:
                 table.assign(width=lm.layout.d_model).to_parquet(staging / "certificates.parquet", index=False)
@@ -324,7 +326,8 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         sink_queries = sections.sink_query_ablation(scores_dir).assign(mode="zero on sink queries")
         costs = sections.cost_layers()
         weights = sections.weights()
-        evidence_arrays = {corpus: sections.evidence(corpus, DELTA_SCALES if corpus in config.corpora else (1.0,))
+        scales = (1.0,) if config.quick else DELTA_SCALES  # --quick: no δ sensitivity, one pass per corpus
+        evidence_arrays = {corpus: sections.evidence(corpus, scales if corpus in config.corpora else (1.0,))
                            for corpus in runs}  # fmt: skip
         certificates, alignment = sections.certificates()
         measured = Measurements(runs, ablation, costs, weights, evidence_arrays, certificates, alignment, sink_queries)
