@@ -86,6 +86,16 @@ MUTANTS = (
            "self._diagonal[layer][..., : diagonal.shape[-1]] = diagonal", "feed: every block's diagonal written at 0"),
     Mutant(f"{CAPTURE}/feed.py", "pattern_row_sums(rows.sink, rows.diag, rows.prev, 0, self.delta)",
            "pattern_row_sums(rows.sink, rows.prev, rows.diag, 0, self.delta)", "rows/fused paths: diagonal and previous swapped"),
+    # capture/flex.py (the CUDA path; the fused-attention test forces it on the CPU)
+    Mutant(f"{CAPTURE}/flex.py", "return score - lse[b, h, kv_idx]", "return score - lse[b, h, q_idx]",
+           "flex path: the transposed call subtracts the wrong row's lse"),
+    Mutant(f"{CAPTURE}/flex.py", "(q_groups[..., 1:, :] * k[:, :, None, :-1])",
+           "(q_groups[..., 1:, :] * k[:, :, None, 1:])", "flex path: previous-token entry is the diagonal"),
+    Mutant(f"{CAPTURE}/flex.py", "entropy=(row_entropy * entropy_weights(0, T, query.device)).sum(-1)",
+           "entropy=(row_entropy * entropy_weights(1, T, query.device)).sum(-1)",
+           "flex path: entropy weights shifted by one row"),
+    Mutant(f"{CAPTURE}/feed.py", "check, window = (~finite).nonzero()[0].tolist()",
+           "check, window = (~finite).nonzero()[-1].tolist()", "feed: non-finite error names the last layer and window"),
     # stats/
     Mutant(f"{STATS}/patterns.py", '"sink": col0.sum((0, 2)),', '"sink": (col0 * valid).sum((0, 2)),',
            "sink score without the BOS row t = 0"),
