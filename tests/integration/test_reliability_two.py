@@ -23,6 +23,7 @@ import torch
 import sinkscope.models.load
 from sinkscope.cli.main import main
 
+from .test_reliability import interrupt_after_checkpoints
 from .tiny_checkpoint import save_tiny_llama, write_corpus
 
 TINY_BB = ["--steps", "4", "--eval-every", "2", "--layers", "1", "--heads", "1", "--d-model", "16", "--length", "9",
@@ -277,21 +278,6 @@ def test_out_a_symlink_to_a_directory_writes_where_it_points(tiny, tmp_path, cap
 
 
 # --- 7, 14, 15. resume identity by content; damaged checkpoints ------------------------------------------------
-
-
-def interrupt_after_checkpoints(monkeypatch, n: int) -> None:
-    """Ctrl-C right after the n-th checkpoint is saved."""
-    import sinkscope.pipelines.analysis
-
-    real, calls = sinkscope.pipelines.analysis.save_checkpoint, []
-
-    def save_then_interrupt(*args, **kwargs):
-        real(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == n:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(sinkscope.pipelines.analysis, "save_checkpoint", save_then_interrupt)
 
 
 @pytest.fixture

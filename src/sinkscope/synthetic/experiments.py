@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.staging import child, safe_name
+from sinkscope.staging import child, safe_name, staged_file_bytes
 from sinkscope.synthetic.summary import row_pattern
 from sinkscope.synthetic.train import RunConfig, train_bb
 
@@ -144,18 +144,8 @@ def seed_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Write `path` whole or not at all (a temporary sibling, renamed); a full disk is one line."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise SinkscopeError(f"cannot write {path}: {err.strerror or err}; free space and rerun (finished runs are "
-                             "kept and reused)") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write `path` whole or not at all (`staging.staged_file_bytes`); a full disk is one line."""
+    staged_file_bytes(path, frame.to_parquet(index=False))
 
 
 def _is_text(name: str) -> bool:
