@@ -27,6 +27,7 @@ from sinkscope.statistics.bos_geometry import BosGeometry
 from sinkscope.statistics.certificates import HalfSpaceCertificates
 from sinkscope.statistics.key_tokens import KeyTokens
 from sinkscope.statistics.learned_sink import LearnedSinkScores
+from sinkscope.statistics.massive_activations import MassiveActivations
 from sinkscope.statistics.pattern_scores import PatternScores
 from sinkscope.statistics.smoothing_curves import LAMBDAS, SmoothingCurves
 from sinkscope.statistics.statistic import Statistic, Tables
@@ -206,7 +207,7 @@ def statistics_for(
     progress: bool = False,
 ) -> list[Statistic]:
     """The statistics of an analysis, in the order their columns appear: pattern scores (SPEC §2), switches
-    (§3), Gu et al.'s per-window sink rate, the learned-sink scores (models with one), BOS geometry and, with `geometry_cap` > 0, the half-space certificates
+    (§3), Gu et al.'s per-window sink rate, the learned-sink scores (models with one), BOS geometry, massive activations and, with `geometry_cap` > 0, the half-space certificates
     (§4), the key-token table (§2) and, with `smoothing` (True: every layer; or a list of layers), the
     oversmoothing curves (§5)."""
     L, H, T, device = len(lm.layers), lm.layout.n_heads, seq_len, lm.device
@@ -215,6 +216,7 @@ def statistics_for(
         SwitchCounts(L, H, T, config.tau, device),
         WindowSinkRate(L, H, T, config.thresholds, device),
         BosGeometry(L, T, device),
+        MassiveActivations(L, lm.layout.d_model, device),
     ]
     if lm.family.learned_sink is not None:  # gpt-oss: the learned sink's columns beside the BOS sink's
         statistics.insert(3, LearnedSinkScores(L, H, T, config.epsilon, config.delta, config.tau, device))
