@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from sinkscope.report import plots
 from sinkscope.report.compare import comparison, corpus_name, short_names
 from sinkscope.report.glossary import definitions, headers
+from sinkscope.report.massive_section import massive_comparison, massive_section
 from sinkscope.report.page import cell_text, png_figure, render_page, write_page
 from sinkscope.report.smoothing_section import smoothing_section
 from sinkscope.report.switch_section import switch_section
@@ -102,7 +103,7 @@ def _extra_sections(run: ReportedRun) -> dict:
     smoothing = None
     if "smooth_b" in run.heads.columns:  # analyze --smoothing
         smoothing = smoothing_section(run.heads, run.layers, run.extra.get("smoothing_curves"))
-    return {"tokens": tokens, "switch": switch, "smoothing": smoothing}
+    return {"tokens": tokens, "switch": switch, "smoothing": smoothing, "massive": massive_section(run.layers)}
 
 
 def _run_page(run: ReportedRun, name: str, figures_dir: Path | None) -> dict:
@@ -139,6 +140,7 @@ def report_context(runs: list[ReportedRun], figures_dir: Path | None = None) -> 
     if len(runs) > 1:
         with plots.labelled(f"{len(runs)} runs: " + ", ".join(names)):
             comparing = comparison(runs, names)
+            comparing["massive"] = massive_comparison(runs, names)
     pages = [_run_page(run, name, figures_dir if len(runs) == 1 else None) for run, name in zip(runs, names)]
     if len(runs) == 1:
         heading = f"sinkscope report: {figure_label(runs[0])}"
@@ -164,6 +166,8 @@ def _tables_of(sections: dict) -> list[dict]:
     tables = []
     if sections["tokens"]:
         tables.append(sections["tokens"])
+    if sections.get("massive"):
+        tables.append(sections["massive"])
     switch = sections["switch"]
     if switch["switch"]:
         tables.append(switch["switch"]["counts"])
