@@ -16,7 +16,8 @@ from sinkscope.cli.options import apply_threads
 from sinkscope.errors import SinkscopeError
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
-SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce")
+SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce",
+               "evict")
 
 
 def build_parser() -> argparse.ArgumentParser:
