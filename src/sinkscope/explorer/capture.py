@@ -1,9 +1,10 @@
-"""Run a model once on one BOS-prefixed text and keep every head's attention map and each layer's inputs.
+"""The one capture of one text: every head's attention map, each layer's inputs and the value norms, from a single
+plain eager `transformers` forward pass. `sinkscope.attention` (Python arrays) and `sinkscope view` (the page) are
+both built on `capture_text`, so what the page shows and what Python returns come from the same tensors.
 
-The text is tokenized the way `sinkscope.corpus.windows` cuts a window (SPEC §1): documents tokenized without
-special tokens, joined with the EOS id, prefixed with the BOS id, so `view --file F --seq-len N` shows the first
-window `analyze --corpus F --seq-len N` analyses. Attention comes from the same capture path as `analyze`
-(`sinkscope.capture.attention.watch_attention`), which equals the model's eager attention.
+The text is tokenized the way `sinkscope.corpus.windows` cuts a window (docs/statistics.md): documents tokenized
+without special tokens, joined with the EOS id, prefixed with the BOS id, so `view --file F --seq-len N` shows the
+first window `analyze --corpus F --seq-len N` analyses.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.layer_inputs import layer_input_hooks
 from sinkscope.corpus.windows import default_bos_id
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module
+from sinkscope.models.families import attention_module, projection_channels
 from sinkscope.models.load import LoadedModel
 
 # Beyond this the embedded maps (L·H·T²/2 entries) stop being a page a browser opens quickly.
@@ -60,9 +60,11 @@ def text_ids(tokenizer, documents: Iterable[str], seq_len: int | None = None, bo
 class TextCapture:
     """One forward pass over one text.
 
-    `attn` (L, H, T, T) float32: every head's causal attention (rows = queries); `h`, `z` (L, T, d) float32: the
-    residual stream entering each layer and the attention input after its norm (SPEC §4); `value_norms`
-    (L, H, T): `||v_j||` of each head's (GQA-shared) value vectors (SPEC §3).
+    `ids` (T,); `attn` (L, H, T, T) float32: every head's causal attention as `transformers` returns it
+    (`output_attentions=True` of the eager implementation; rows = queries, zero above the diagonal); `h`, `z`
+    (L, T, d) float32: the residual stream entering each layer and the attention input after its norm
+    (docs/theory/geometry.md); `value_norms` (L, H, T): `||v_j||` of the value vector each query head reads (a
+    key/value head shared by a group of query heads gives each of them the same norms).
     """
 
     ids: Tensor
@@ -74,30 +76,47 @@ class TextCapture:
 
 @torch.no_grad()
 def capture_text(lm: LoadedModel, ids: Tensor) -> TextCapture:
-    """Every layer's attention maps, inputs and value norms for one sequence `ids` (T,)."""
+    """Every layer's attention maps, inputs and value norms for one sequence `ids` (T,), in one forward pass.
+
+    The maps are the model's own eager attention (`output_attentions=True`; the attention implementation is set
+    back afterwards); `h`, `z` come from `capture.layer_inputs` hooks; the values are the value channels of each
+    layer's value projection output (`models.families.projection_channels`), reshaped (T, KV, head_dim).
+    """
     limit = lm.max_positions
     T = ids.shape[0]
     if limit is not None and T > limit:
-        raise SinkscopeError(f"--seq-len {T} exceeds the model's context of {limit} tokens; use ≤ {limit}")
-    blocks, layout = lm.layers, lm.layout
-    L, H = len(blocks), layout.n_heads
-    attn = torch.zeros(L, H, T, T)  # (L, H, T, T): blocks fill the causal part, the rest stays exactly 0
-    value_norms = torch.zeros(L, H, T)
-    h = [None] * L
-    z = [None] * L
-
-    def on_block(layer: int, start: int, probs: Tensor, _entropy: Tensor, _out: Tensor) -> None:
-        Q, K = probs.shape[2], probs.shape[3]
-        attn[layer, :, start : start + Q, :K] = probs[0].float().cpu()
-
-    def on_values(layer: int, value: Tensor) -> None:
-        norms = value[0].float().norm(dim=-1).cpu()  # (KV, T)
-        value_norms[layer] = norms.repeat_interleave(layout.group, dim=0)
+        raise SinkscopeError(f"{T} tokens exceed the model's context of {limit}; pass --seq-len ≤ {limit}")
+    layout, family = lm.layout, lm.family
+    L = len(lm.layers)
+    h: list[Tensor | None] = [None] * L
+    z: list[Tensor | None] = [None] * L
+    value_norms = torch.zeros(L, layout.n_heads, T)
+    channels = projection_channels(family, layout, "v")
 
     def on_inputs(layer: int, h_l: Tensor, z_l: Tensor) -> None:
         h[layer], z[layer] = h_l[0].float().cpu(), z_l[0].float().cpu()
 
-    modules = {index: attention_module(lm.family, block) for index, block in enumerate(blocks)}
-    with layer_input_hooks(lm, on_inputs), watch_attention(lm.model, modules, on_block, on_values):
-        lm.base(input_ids=ids[None].to(lm.device), use_cache=False)
+    def value_hook(layer: int):
+        def hook(_module, _args, output) -> None:
+            out = output[0] if isinstance(output, tuple) else output  # (B, T, channels)
+            values = out[0, :, channels.to(out.device)].float().cpu().view(T, layout.n_kv_heads, layout.head_dim)
+            norms = values.norm(dim=-1).T  # (KV, T)
+            value_norms[layer] = norms.repeat_interleave(layout.group, dim=0)
+
+        return hook
+
+    handles = [
+        getattr(attention_module(family, block), family.value_proj).register_forward_hook(value_hook(index))
+        for index, block in enumerate(lm.layers)
+    ]
+    previous = lm.model.config._attn_implementation
+    try:
+        lm.model.set_attn_implementation("eager")
+        with layer_input_hooks(lm, on_inputs):
+            out = lm.base(input_ids=ids[None].to(lm.device), output_attentions=True, use_cache=False)
+    finally:
+        lm.model.set_attn_implementation(previous)
+        for handle in handles:
+            handle.remove()
+    attn = torch.stack([layer[0].float().cpu() for layer in out.attentions])  # (L, H, T, T)
     return TextCapture(ids=ids, attn=attn, h=torch.stack(h), z=torch.stack(z), value_norms=value_norms)

@@ -24,20 +24,11 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
 from sinkscope.models.load import LoadedModel, check_bos_id
+from sinkscope.pipelines.attention_maps import head_classes, head_scores, token_texts
 from sinkscope.report.page import render_page
 from sinkscope.staging import check_file_target
 from sinkscope.stats.geometry import bos_cosine, bos_norm_ratio
-from sinkscope.stats.patterns import (
-    HEAD_CLASS_THRESHOLDS,
-    diag_score,
-    entropy_score,
-    hard_diag_frac,
-    hard_sink_frac,
-    head_class,
-    pattern_block_sums,
-    prev_score,
-    sink_score,
-)
+from sinkscope.stats.patterns import HEAD_CLASS_THRESHOLDS, hard_sink_frac, pattern_block_sums, sink_score
 from sinkscope.stats.switch import value_drain
 
 TOP_SINKS = 3  # strongest non-BOS keys marked per head
@@ -98,18 +89,12 @@ def received_scores(attn: Tensor) -> Tensor:
 
 
 def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) -> list[list[dict]]:
-    """Per (layer, head) of one text: SPEC §2 scores, head class, value drain and the strongest non-BOS keys
-    (largest SPEC §2 `received`, among keys with at least `MIN_READERS` later tokens)."""
+    """Per (layer, head) of one text: the scores and head class of `sinkscope.attention` (the same functions,
+    `pipelines.attention_maps.head_scores` / `head_classes`), the value drain and the strongest non-BOS keys
+    (largest `received`, among keys with at least `MIN_READERS` later tokens)."""
     a = attn.double()
-    scores = {
-        "sink": sink_score(a),
-        "diag": diag_score(a),
-        "prev": prev_score(a),
-        "entropy": entropy_score(a),
-        "hard_sink": hard_sink_frac(a, delta),
-        "hard_diag": hard_diag_frac(a, delta),
-        "value_drain": value_drain(value_norms.double()),
-    }
+    scores = {**head_scores(a, delta), "value_drain": value_drain(value_norms.double())}
+    classes = head_classes(scores, epsilon)
     T = a.shape[-1]
     readers = min(MIN_READERS, (T - 1) // 2)
     received = received_scores(a)[..., : max(0, T - 1 - readers)]  # keys k = 1.. with ≥ `readers` later tokens
@@ -120,8 +105,7 @@ def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) 
         row = []
         for head in range(H):
             cell = {name: round(float(value[layer, head]), 4) for name, value in scores.items()}
-            cell["cls"] = head_class(cell["sink"], cell["diag"], cell["prev"], float(scores["entropy"][layer, head]),
-                                     epsilon)  # fmt: skip
+            cell["cls"] = str(classes[layer, head])
             cell["sinks"] = [
                 [int(k) + 1, round(float(v), 4)]
                 for k, v in zip(top.indices[layer, head], top.values[layer, head])
@@ -211,11 +195,6 @@ def layer_table(capture: TextCapture, delta: float) -> list[dict]:
     return rows
 
 
-def token_labels(tokenizer, ids: Tensor) -> list[str]:
-    """Each token's own text (`decode` of the single id)."""
-    return [tokenizer.decode([int(i)]) for i in ids]
-
-
 def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: float, bits: int) -> dict:
     """Everything the page shows except the maps, as JSON-ready values."""
     L, H, T, _ = capture.attn.shape
@@ -228,7 +207,7 @@ def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: floa
         "n_heads": H,
         "n_tokens": T,
         "ids": capture.ids.tolist(),
-        "tokens": token_labels(lm.tokenizer, capture.ids),
+        "tokens": token_texts(lm.tokenizer, capture.ids),
         "heads": head_table(capture.attn, capture.value_norms, epsilon, delta),
         "layers": layer_table(capture, delta),
         "thresholds": {"epsilon": epsilon, "delta": delta, **HEAD_CLASS_THRESHOLDS},

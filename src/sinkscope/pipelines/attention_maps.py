@@ -1,10 +1,12 @@
 """`sinkscope.attention(lm, text)`: one text's raw attention as arrays, from plain eager `transformers` attention.
 
-No sinkscope capture path is involved: the model runs once with `attn_implementation="eager"` and
+No sinkscope attention path is involved: the model runs once with `attn_implementation="eager"` and
 `output_attentions=True` (its attention implementation is restored afterwards), so the maps are exactly what
-`transformers` returns. The text is tokenized as `sinkscope view` and a corpus window are (BOS first, documents
-joined with EOS; `sinkscope.explorer.capture.text_ids`), and the per-head scores are those of
-`docs/statistics.md` (`sinkscope.stats.patterns`) computed on this one text.
+`transformers` returns. That one pass is `sinkscope.explorer.capture.capture_text`, which `sinkscope view` builds
+its page on too (`attention_from_capture` gives the page's per-head scores and classes), so the page and these
+arrays cannot differ. The text is tokenized as a corpus window is (BOS first, documents joined with EOS;
+`text_ids`), and the per-head scores are those of `docs/statistics.md` (`sinkscope.stats.patterns`) computed on
+this one text.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from sinkscope.corpus.sources import documents
 from sinkscope.errors import SinkscopeError
-from sinkscope.explorer.capture import check_length, text_ids
+from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.models.load import LoadedModel
 from sinkscope.stats.patterns import (
     diag_score,
@@ -97,33 +99,35 @@ def attention(
 
         model = load_model(model, device=device, dtype=dtype)
     ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
-    maps = eager_maps(model, ids)
-    a = maps.double()
-    scores = {"sink": sink_score(a), "diag": diag_score(a), "prev": prev_score(a), "entropy": entropy_score(a),
-              "hard_sink": hard_sink_frac(a, delta), "hard_diag": hard_diag_frac(a, delta)}  # fmt: skip
-    L, H = a.shape[:2]
-    classes = np.array([[head_class(*(float(scores[k][l, h]) for k in ("sink", "diag", "prev", "entropy")), epsilon)
-                         for h in range(H)] for l in range(L)])  # fmt: skip
+    return attention_from_capture(model.tokenizer, capture_text(model, ids), epsilon, delta)
+
+
+def head_scores(attn: torch.Tensor, delta: float) -> dict[str, torch.Tensor]:
+    """The per-head scores of docs/statistics.md on one text's maps `attn` (L, H, T, T) float64 → {name: (L, H)}."""
+    return {"sink": sink_score(attn), "diag": diag_score(attn), "prev": prev_score(attn),
+            "entropy": entropy_score(attn), "hard_sink": hard_sink_frac(attn, delta),
+            "hard_diag": hard_diag_frac(attn, delta)}  # fmt: skip
+
+
+def head_classes(scores: dict[str, torch.Tensor], epsilon: float) -> np.ndarray:
+    """(L, H) head class of each head from its `head_scores` (analyze's classifier at the sink threshold ε)."""
+    L, H = scores["sink"].shape
+    return np.array([[head_class(*(float(scores[k][l, h]) for k in ("sink", "diag", "prev", "entropy")), epsilon)
+                      for h in range(H)] for l in range(L)])  # fmt: skip
+
+
+def token_texts(tokenizer, ids: torch.Tensor) -> list[str]:
+    """Each token's own text (`decode` of the single id)."""
+    return [tokenizer.decode([int(i)]) for i in ids]
+
+
+def attention_from_capture(tokenizer, capture: TextCapture, epsilon: float, delta: float) -> AttentionMaps:
+    """`AttentionMaps` of one `capture_text` pass: its maps, tokens, scores and classes."""
+    scores = head_scores(capture.attn.double(), delta)
     return AttentionMaps(
-        ids=ids.numpy(),
-        tokens=[model.tokenizer.decode([int(i)]) for i in ids],
-        maps=maps.numpy(),
+        ids=capture.ids.numpy(),
+        tokens=token_texts(tokenizer, capture.ids),
+        maps=capture.attn.numpy(),
         scores={name: value.numpy() for name, value in scores.items()},
-        head_class=classes,
+        head_class=head_classes(scores, epsilon),
     )
-
-
-@torch.no_grad()
-def eager_maps(lm: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
-    """(L, H, T, T) float32 attention of the sequence `ids` (T,) from the model's own eager attention
-    (`output_attentions=True`); the model's attention implementation is set back afterwards."""
-    limit = lm.max_positions
-    if limit is not None and ids.shape[0] > limit:
-        raise SinkscopeError(f"{ids.shape[0]} tokens exceed the model's context of {limit}; pass seq_len ≤ {limit}")
-    previous = lm.model.config._attn_implementation
-    try:
-        lm.model.set_attn_implementation("eager")
-        out = lm.base(input_ids=ids[None].to(lm.device), output_attentions=True, use_cache=False)
-    finally:
-        lm.model.set_attn_implementation(previous)
-    return torch.stack([layer[0].float().cpu() for layer in out.attentions])
