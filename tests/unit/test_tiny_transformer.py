@@ -25,12 +25,14 @@ WO = np.array([[0.5, 1.0], [0.0, 1.0]])
 Z = np.array([[1.0, 0.0], [0.5, -1.0], [-1.0, 2.0], [0.3, 0.3]])
 SINK_LOGIT = 0.7
 GATE_W, GATE_B = np.array([1.0, -2.0]), 0.25
+WG = np.array([[0.4, -1.2], [2.0, 0.1]])  # output_gate: the gate half of the query projection
 
 
 def hand_set(kind: str) -> CausalSelfAttention:
     attn = CausalSelfAttention(TinyTransformerConfig(d_model=2, n_heads=1, attention=kind))
     with torch.no_grad():  # nn.Linear stores the transposed (out, in) matrix
-        for proj, w in ((attn.q_proj, WQ), (attn.k_proj, WK), (attn.v_proj, WV), (attn.o_proj, WO)):
+        wq = np.concatenate([WQ, WG], axis=1) if kind == "output_gate" else WQ  # per head: [query, gate] columns
+        for proj, w in ((attn.q_proj, wq), (attn.k_proj, WK), (attn.v_proj, WV), (attn.o_proj, WO)):
             proj.weight.copy_(torch.tensor(w.T, dtype=torch.float32))
         if attn.sink_logit is not None:
             attn.sink_logit.fill_(SINK_LOGIT)
@@ -51,12 +53,20 @@ def expected(kind: str) -> tuple[np.ndarray, np.ndarray]:
             row = np.maximum(logits, 0) / (i + 1)
         elif kind == "softmax_sink":
             row = np.exp(logits) / (np.exp(SINK_LOGIT) + np.exp(logits).sum())
+        elif kind == "softmax1":
+            row = np.exp(logits) / (1 + np.exp(logits).sum())
+        elif kind == "sigmoid":
+            row = 1 / (1 + np.exp(-(logits - math.log(t))))
+        elif kind == "softpick":
+            row = np.maximum(np.exp(logits) - 1, 0) / (np.abs(np.exp(logits) - 1).sum() + 1e-6)
         else:
             row = np.exp(logits) / np.exp(logits).sum()
         weights[i, : i + 1] = row
         y = row @ v[: i + 1]
         if kind == "sigmoid_gate":
             y = y / (1 + np.exp(-(Z[i] @ GATE_W + GATE_B)))
+        if kind == "output_gate":
+            y = y / (1 + np.exp(-(Z[i] @ WG)))
         outputs[i] = y @ WO
     return weights, outputs
 
@@ -67,7 +77,7 @@ def test_attention_variant_matches_definition(kind: str) -> None:
     weights, outputs = expected(kind)
     np.testing.assert_allclose(probs[0, 0].detach().numpy(), weights, atol=1e-6)
     np.testing.assert_allclose(out[0].detach().numpy(), outputs, atol=1e-5)
-    assert (gates is not None) == (kind == "sigmoid_gate")
+    assert (gates is not None) == (kind in ("sigmoid_gate", "output_gate"))
 
 
 def test_sink_logit_rows_sum_below_one() -> None:

@@ -29,7 +29,7 @@ FIELD_HELP: dict[str, str] = {
     "model.norm": "layernorm | rmsnorm",
     "model.norm_position": "pre | post",
     "model.positional": "learned | rope | none",
-    "model.attention": "softmax | softmax_sink | relu | sigmoid_gate",
+    "model.attention": "softmax | softmax_sink | relu | sigmoid_gate | softmax1 | sigmoid | softpick | output_gate",
     "model.init": "gpt2 = N(0, 0.02²) | torch = PyTorch defaults | scaled (the two stds below)",
     "model.init_std": "std of Linear weights with --init scaled",
     "model.embedding_init_std": "std of embeddings with --init scaled",

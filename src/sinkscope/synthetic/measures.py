@@ -79,13 +79,13 @@ def switch_off_frac(
 ) -> torch.Tensor:
     """Fraction (H,) of masked queries that the head switches off (SPEC §3 hard switch).
 
-    `o_t = g_t Σ_j A[t,j] v_j` is the head output before the output projection (gate `g_t` = 1 without
+    `o_t = g_t ⊙ Σ_j A[t,j] v_j` is the head output before the output projection (gate `g_t` = 1 without
     gating); the query is off when `||o_t|| ≤ τ · mean_{j≤t} ||v_j||` (mean over the keys query t sees).
-    probs (B, H, T, T), values (B, H, T, dh), gates (B, H, T) or None, mask (B, T).
+    probs (B, H, T, T), values (B, H, T, dh), gates (B, H, T) or (B, H, T, dh) or None, mask (B, T).
     """
     out = probs @ values  # (B, H, T, dh)
-    if gates is not None:
-        out = out * gates.unsqueeze(-1)
+    if gates is not None:  # one gate per head (B, H, T) or per channel (B, H, T, dh)
+        out = out * (gates if gates.dim() == 4 else gates.unsqueeze(-1))
     off = switched_off(out.norm(dim=-1), values.norm(dim=-1), tau)  # (B, H, T)
     return masked_query_mean(off.double(), mask)
 

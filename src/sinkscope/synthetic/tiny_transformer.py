@@ -8,6 +8,16 @@ logits `l_ij = q_i·k_j / √d_head` of a causal head (j ≤ i):
 - `relu`: `A_ij = relu(l_ij) / (i + 1)` (ReLU attention normalised by the number of visible keys).
 - `sigmoid_gate`: softmax attention whose head output is multiplied by a per-token, per-head gate
   `σ(z_i·w_g^h + c^h)` (head-wise output gating; the head can switch itself off without a sink).
+- `softmax1`: softmax with one extra logit fixed at 0 ("softmax off by one", Miller 2023; gpt-oss learns it):
+  `A_ij = exp(l_ij) / (1 + Σ_{j'≤i} exp(l_ij'))`, rows sum to `1 − 1/(1 + Σ exp)` < 1.
+- `sigmoid`: element-wise sigmoid attention with the bias `−log n` of Ramapuram et al. 2024 (n the sequence
+  length), no normalisation: `A_ij = σ(l_ij − log n)`; rows sum to anything in (0, i + 1).
+- `softpick` (Zuhri et al. 2025): a rectified softmax, `A_ij = relu(exp(l_ij) − 1) / (Σ_{j'≤i} |exp(l_ij') − 1|
+  + ε)`, ε = 1e-6; rows sum to at most 1 and are all zero when every visible logit is ≤ 0.
+- `output_gate`: Qwen3-Next's gated attention (Qiu et al. 2025): the query projection outputs, per head, the
+  query and a gate of the head's width, `[q^h, g^h] = z_i W_Q'^h`; the head output is `σ(g^h) ⊙ Σ_j A_ij v_j`
+  (an element-wise gate per channel, no bias, softmax underneath). It differs from `sigmoid_gate`, whose gate
+  is one scalar per head from its own projection with a bias.
 Initialisation (`init`), part of the configuration because it decides which pattern a small model learns
 (docs/experiments.md):
 - `gpt2`: every Linear and Embedding weight ~ N(0, 0.02²), biases 0 (GPT-2 / nanoGPT);
@@ -29,7 +39,8 @@ from torch.nn import functional as F
 
 from sinkscope.errors import SinkscopeError
 
-ATTENTIONS = ("softmax", "softmax_sink", "relu", "sigmoid_gate")
+ATTENTIONS = ("softmax", "softmax_sink", "relu", "sigmoid_gate", "softmax1", "sigmoid", "softpick", "output_gate")
+SOFTPICK_EPS = 1e-6
 NORM_KINDS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 POSITIONALS = ("learned", "rope", "none")
@@ -87,7 +98,8 @@ class LayerTrace:
 
     `resid` (B, T, d) residual entering the layer; `z` (B, T, d) attention input (after the norm, if pre-norm);
     `probs` (B, H, T, T) attention weights; `values` (B, H, T, d_head) value vectors;
-    `gates` (B, H, T) the output gates of `sigmoid_gate` attention (None for the other variants).
+    `gates` (B, H, T) the output gates of `sigmoid_gate` attention, (B, H, T, d_head) those of `output_gate`
+    (None for the other variants).
     """
 
     resid: torch.Tensor
@@ -111,9 +123,17 @@ def attention_weights(logits: torch.Tensor, kind: str, sink_logit: torch.Tensor 
     if kind == "relu":
         visible = torch.arange(1, t + 1, device=logits.device, dtype=logits.dtype).unsqueeze(1)  # (T, 1)
         return F.relu(logits).masked_fill(~causal, 0.0) / visible
+    if kind == "sigmoid":
+        return torch.sigmoid(logits - math.log(t)).masked_fill(~causal, 0.0)
     masked = logits.masked_fill(~causal, float("-inf"))
-    if kind == "softmax_sink":
-        sink = sink_logit.view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)  # (B, H, T, 1)
+    if kind == "softpick":
+        # numerator and denominator times exp(−m), m the row's largest visible logit, so nothing overflows
+        top = masked.amax(-1, keepdim=True)
+        shifted = (torch.exp(masked - top) - torch.exp(-top)).masked_fill(~causal, 0.0)  # exp(l − m) − exp(−m)
+        return F.relu(shifted) / (shifted.abs().sum(-1, keepdim=True) + SOFTPICK_EPS * torch.exp(-top))
+    if kind in ("softmax_sink", "softmax1"):
+        sink = sink_logit.view(1, -1, 1, 1) if kind == "softmax_sink" else logits.new_zeros(1, 1, 1, 1)
+        sink = sink.expand(*logits.shape[:-1], 1)  # (B, H, T, 1)
         return torch.softmax(torch.cat([masked, sink], dim=-1), dim=-1)[..., :t]
     return torch.softmax(masked, dim=-1)
 
@@ -134,7 +154,8 @@ class CausalSelfAttention(nn.Module):
         d = config.d_model
         self.n_heads, self.d_head = config.n_heads, d // config.n_heads
         self.kind, self.use_rope = config.attention, config.positional == "rope"
-        self.q_proj = nn.Linear(d, d, bias=False)
+        # output_gate: the query projection also gives each head a gate of its width (Qwen3-Next's layout)
+        self.q_proj = nn.Linear(d, 2 * d if self.kind == "output_gate" else d, bias=False)
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
@@ -148,7 +169,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """z (B, T, d) -> (output (B, T, d), probs (B, H, T, T), values (B, H, T, dh), gates (B, H, T) or None)."""
         b, t, d = z.shape
-        q, k, v = self.split_heads(self.q_proj(z)), self.split_heads(self.k_proj(z)), self.split_heads(self.v_proj(z))
+        q, gate_logits = self.query_and_gate(z)
+        k, v = self.split_heads(self.k_proj(z)), self.split_heads(self.v_proj(z))
         if self.use_rope:
             q, k = rope(q), rope(k)
         logits = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, T)
@@ -158,14 +180,45 @@ class CausalSelfAttention(nn.Module):
         if self.gate is not None:
             gates = torch.sigmoid(self.gate(z)).transpose(1, 2)  # (B, H, T)
             y = y * gates.unsqueeze(-1)
+        elif gate_logits is not None:
+            gates = torch.sigmoid(gate_logits)  # (B, H, T, dh)
+            y = y * gates
         return self.o_proj(y.transpose(1, 2).reshape(b, t, d)), probs, v, gates
+
+    def query_and_gate(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The queries (B, H, T, dh) and, for `output_gate`, the gate logits (B, H, T, dh) (else None): the
+        projection's output per head is `[q^h, g^h]`, as Qwen3-Next lays it out."""
+        b, t, _ = z.shape
+        if self.kind != "output_gate":
+            return self.split_heads(self.q_proj(z)), None
+        both = self.q_proj(z).view(b, t, self.n_heads, 2 * self.d_head).transpose(1, 2)  # (B, H, T, 2·dh)
+        return both[..., : self.d_head], both[..., self.d_head :]
+
+    def query_weight(self) -> torch.Tensor:
+        """`W_Q` as (H, dh, d): the rows of the query projection that give each head's query."""
+        d = self.q_proj.in_features
+        rows = self.q_proj.weight.view(self.n_heads, -1, d)  # (H, dh or 2·dh, d)
+        return rows[:, : self.d_head]
+
+    def switch_parameter_norm(self) -> torch.Tensor:
+        """Per head (H,), the Frobenius norm of the parameters the head switches off with besides W_QK: the
+        gate's weights and bias (`sigmoid_gate`: `||(w_g^h, c^h)||`; `output_gate`: the gate rows of the query
+        projection), `|b_h|` for a learned sink logit; NaN for the variants without such parameters."""
+        if self.gate is not None:
+            return torch.cat([self.gate.weight, self.gate.bias.unsqueeze(1)], dim=1).norm(dim=1)
+        if self.sink_logit is not None:
+            return self.sink_logit.abs()
+        if self.kind == "output_gate":
+            d = self.q_proj.in_features
+            return self.q_proj.weight.view(self.n_heads, 2 * self.d_head, d)[:, self.d_head :].flatten(1).norm(dim=1)
+        return torch.full((self.n_heads,), math.nan)
 
     def w_qk(self) -> torch.Tensor:
         """Per-head effective `W_QK = W_Q^h W_K^hᵀ / √d_head` (H, d, d), row-vector convention (SPEC §6).
 
         With RoPE this is the form at relative offset 0 (the logits of a query with itself)."""
         d = self.q_proj.in_features
-        wq = self.q_proj.weight.view(self.n_heads, self.d_head, d)  # rows of W_Q^hᵀ
+        wq = self.query_weight()  # rows of W_Q^hᵀ
         wk = self.k_proj.weight.view(self.n_heads, self.d_head, d)
         return wq.transpose(1, 2) @ wk / math.sqrt(self.d_head)
 
