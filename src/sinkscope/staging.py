@@ -1,40 +1,52 @@
-"""Result directories and files appear whole or not at all, and nothing else is ever lost.
+"""Result directories and files appear whole or not at all, and nothing of the user's is ever lost
+(docs/reliability.md).
 
-* `claimed_output(out, overwrite)`: at the start of a command, create `out` (so an unwritable place fails before
-  any work), refuse to replace anything that is not a sinkscope result, and hold a lock beside it so a second
-  concurrent writer is refused instead of silently replacing the first one's result.
-* `staged_directory(out)` / `staged_file(path)`: write in a hidden sibling (`.NAME.partial-PID-*`,
-  `.NAME.tmp-PID`), then rename into place; on an exception the sibling is removed.
-* Siblings left by a process that was killed (SIGKILL leaves no chance to clean up) are removed by the next
-  command that writes the same result; the PID in their name tells a dead writer from a live one.
-* A result is replaced only when the user asked (`--overwrite`) and it holds nothing but one sinkscope result: never
-  a folder of other files, never results nested inside it, never a file that is not a sinkscope page.
-* `--out` a symbolic link to a directory writes where the link points; the link itself stays.
+* `claimed_output(out, overwrite)`: at the start of a command, take the lock beside `out` (`locking.held`: one
+  writer per result, the lock names its host), refuse an `out` inside a folder another sinkscope process is writing,
+  recover what killed writers left (only now, under the lock), refuse to replace anything sinkscope cannot prove it
+  wrote, and create `out` (so an unwritable place fails before any work).
+* `staged_directory(out)` / `staged_file(path)`: write in a hidden sibling (`.NAME.partial-PID@TAG-*`,
+  `.NAME.tmp-PID@TAG`), stamp a directory with its ownership marker (`ownership.py`), then rename into place; on an
+  exception the sibling is removed. A result that finds its place taken by files it may not replace is kept beside
+  it (`NAME.unsaved-TIME`), never dropped.
+* A result is replaced only when the user asked (`--overwrite`) and its marker lists everything inside it: never a
+  folder of other files, never results nested inside it, never a file that is not a sinkscope page.
+* `--out` a symbolic link to a directory writes where the link points; the link itself stays. `--out .` is the
+  current folder by its absolute path; an empty `--out` is one line.
 * `safe_name(text)`: a folder name for user text (grid run names, sweep cells) that is one plain path component,
   so it stays inside `--out`, and distinct texts give distinct names.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
 import shutil
-import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.locking import CREATED, busy, describe, held, recover, temporary_file, temporary_prefix
+from sinkscope.ownership import foreign_entries, is_page, read_marker, write_marker
 
-# The file every kind of result directory holds: analyze and cost runs, ablations, train-bb runs.
-MARKERS = ("run.json", "ablation.json", "summary.json")
-_TEMPORARY = re.compile(r"\.(?:partial|tmp)-(\d+)(?:-|$)")
-# What `sinkscope ... --out FILE` may replace: a page its page builder wrote (templates/base.html.j2).
-PAGE_MARKER = b'<meta name="generator" content="sinkscope'
 _PLAIN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,63}")
+
+
+def output_path(text: str | Path, what: str = "--out") -> Path:
+    """The folder `text` names, refused in one line when empty; `.`, `..` and `a/..` become absolute (they have no
+    name of their own for the lock and the staging siblings)."""
+    if not str(text).strip():
+        raise SinkscopeError(f"{what} is empty; name a folder, e.g. {what} runs/mine")
+    path = Path(text)
+    if path.name in ("", ".", ".."):
+        path = Path(os.path.abspath(path))
+    if path.name == "":
+        raise SinkscopeError(f"{what} {text} is the root folder; name a folder inside it, e.g. {what} /tmp/run")
+    return path
 
 
 def safe_name(text: str) -> str:
@@ -75,174 +87,148 @@ def real_target(path: str | Path, what: str = "--out") -> Path:
     return target
 
 
-def nested_results(directory: Path) -> list[Path]:
-    """Sinkscope results stored inside the result `directory` (which `--overwrite` would delete with it)."""
-    return sorted({p.parent for name in MARKERS for p in Path(directory).rglob(name) if p.parent != Path(directory)})
-
-
 def is_result_directory(directory: Path) -> bool:
-    """Whether `directory` was written by sinkscope (so `--overwrite` may replace it)."""
-    return any((Path(directory) / name).is_file() for name in MARKERS)
+    """Whether `directory` holds one whole result sinkscope wrote and nothing else (so `--overwrite` may replace it)."""
+    return foreign_entries(directory) == []
 
 
 def check_replaceable(directory: str | Path, overwrite: bool) -> None:
-    """Refuse an existing non-empty `directory` unless `overwrite`, and refuse `overwrite` of anything that is
-    not a sinkscope result (an empty directory is always fine)."""
+    """Refuse an existing non-empty `directory` unless `overwrite`, and refuse `overwrite` of anything sinkscope
+    cannot prove it wrote (`ownership.foreign_entries`); an empty directory is always fine."""
     directory = real_target(directory)
     if directory.exists() and not directory.is_dir():
         raise SinkscopeError(f"--out {directory} exists and is not a directory; choose another --out")
     if directory.is_dir() and any(directory.iterdir()):
         if not overwrite:
             raise SinkscopeError(f"--out {directory} already exists; choose another directory or pass --overwrite")
-        if not is_result_directory(directory):
+        foreign = foreign_entries(directory)
+        if foreign is None:
             raise SinkscopeError(
-                f"--out {directory} holds files that are not a sinkscope result (no run.json), so --overwrite "
-                "will not delete it; choose another --out or empty it yourself"
+                f"--out {directory} is not a sinkscope result (it has no sinkscope marker: written by hand, by another "
+                "program or by a sinkscope older than this rule), so --overwrite will not delete it; choose another "
+                "--out or delete it yourself"
             )
-        nested = nested_results(directory)
-        if nested:
+        if foreign:
             raise SinkscopeError(
-                f"--out {directory} holds other sinkscope results ({', '.join(map(str, nested[:3]))}), so --overwrite "
-                "will not delete it; move them out first or choose another --out"
+                f"--out {directory} holds files sinkscope did not write ({', '.join(foreign[:3])}"
+                f"{', ...' if len(foreign) > 3 else ''}), so --overwrite will not delete it; move them out or choose "
+                "another --out"
             )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def clean_stale(target: str | Path) -> list[Path]:
-    """Remove the staging siblings of `target` (`.NAME.partial-PID-*`, `.NAME.tmp-PID`) whose process is dead;
-    print one line for each removed one and for any whose owner cannot be told. Returns the removed paths."""
-    target = Path(target)
-    if not target.parent.is_dir():
-        return []
-    removed = []
-    for path in sorted(target.parent.glob(f".{glob_escape(target.name)}.*")):
-        suffix = path.name[len(target.name) + 1 :]
-        if not suffix.startswith((".partial-", ".tmp-")):
-            continue
-        match = _TEMPORARY.match(suffix)
-        if match is None:
-            print(f"sinkscope: note: {path} looks like a temporary of an interrupted sinkscope run; "
-                  "delete it if no sinkscope is running", file=sys.stderr)  # fmt: skip
-            continue
-        pid = int(match.group(1))
-        if pid == os.getpid() or _pid_alive(pid):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-        print(f"sinkscope: removed {path}, left behind by process {pid} that no longer runs", file=sys.stderr)
-        removed.append(path)
-    return removed
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
+def _check_not_inside_busy(directory: Path) -> None:
+    """Refuse an `out` inside a folder another sinkscope process is writing (its save would find it taken)."""
+    for parent in Path(os.path.abspath(directory)).parents:
+        if parent.name and (holder := busy(parent)) is not None:
+            raise SinkscopeError(
+                f"--out {directory} lies inside {parent}, which another sinkscope process ({describe(holder)}) is "
+                "writing; choose an --out outside it"
+            )
 
 
 @contextmanager
 def claimed_output(directory: str | Path, overwrite: bool = False, resume: bool = False) -> Iterator[Path]:
-    """Create result directory `directory` now and hold `.NAME.lock` beside it until the block ends.
+    """Take the lock of result directory `directory`, recover what killed writers left there, and create it.
 
     Raises a `SinkscopeError` before any work when the directory cannot be created or written, exists and may not
-    be replaced, or another process holds its lock. If the block raises and the directory was created here and is
-    still empty, it is removed again. `resume=True` (a grid filled run by run, whose caller checked what the folder
-    holds) skips the replace check and only takes the lock.
+    be replaced, lies inside a folder another process writes, or another process holds its lock. If the block
+    raises and the directory was created here and is still empty, it is removed again. `resume=True` (a grid or
+    sweep filled run by run, whose caller checked what the folder holds) skips the replace check.
     """
-    directory = real_target(directory)
+    directory = real_target(output_path(directory))
     if not resume:
-        check_replaceable(directory, overwrite)
-    clean_stale(directory)
-    created = not directory.exists()
+        check_replaceable(directory, overwrite)  # before the lock: a refused command creates nothing
+    _check_not_inside_busy(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-")  # can we write inside?
-        probe.close()
-        handle = open(directory.with_name(f".{directory.name}.lock"), "a+")  # held until the block ends
+        directory.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        if created and directory.is_dir() and not any(directory.iterdir()):
-            directory.rmdir()
-        raise SinkscopeError(
-            f"cannot write --out {directory}: {err.strerror or err}; choose a directory you can write"
-        ) from None
-    try:
+        raise SinkscopeError(f"cannot write --out {directory}: {err.strerror or err}; choose a directory you can write") from None
+    with held(directory):
+        recover(directory)  # only now: the lock proves no live writer of this host is mid-save
+        if not resume:
+            check_replaceable(directory, overwrite)  # a recovered result is checked like any other
+        created = not directory.exists()
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            owner = handle.read().strip() or "?"
+            directory.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-")  # can we write inside?
+            probe.close()
+        except OSError as err:
+            if created and directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
             raise SinkscopeError(
-                f"--out {directory} is being written by another sinkscope process (pid {owner}); wait for it to "
-                "finish or choose another --out"
+                f"cannot write --out {directory}: {err.strerror or err}; choose a directory you can write"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
         try:
             yield directory
         except BaseException:
             if created and directory.is_dir() and not any(directory.iterdir()):
                 directory.rmdir()
             raise
-        finally:
-            Path(handle.name).unlink(missing_ok=True)  # unlinked while still locked: no window for a second writer
-    finally:
-        handle.close()
 
 
 @contextmanager
 def staged_directory(
-    directory: str | Path, replaceable: Callable[[Path], None] = lambda d: check_replaceable(d, overwrite=True)
+    directory: str | Path,
+    replaceable: Callable[[Path], None] = lambda d: check_replaceable(d, overwrite=True),
+    kind: str = "result",
 ) -> Iterator[Path]:
     """Yield an empty staging directory beside `directory`.
 
-    When the block finishes, the staging directory replaces `directory`; when it
-    raises, it is removed, so a crash or Ctrl-C never leaves a half-written result behind. An existing non-empty
-    `directory` is replaced only if `replaceable(directory)` does not raise (default: it is one sinkscope result).
+    When the block finishes, the staging directory is stamped with the ownership marker of `kind` and replaces
+    `directory`; when it raises, it is removed, so a crash or Ctrl-C never leaves a half-written result behind. An
+    existing non-empty `directory` is replaced only if `replaceable(directory)` does not raise (default: it is one
+    whole sinkscope result); when it raises, the new result is kept as `NAME.unsaved-TIME` beside it.
     """
-    directory = real_target(directory)
+    directory = real_target(output_path(directory, "folder"))
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(directory)
-        staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-"))
     except OSError as err:
         raise SinkscopeError(f"cannot write {directory}: {err.strerror or err}") from None
-    try:
-        yield staging
-        staging.chmod(0o755)  # mkdtemp makes it private
-        if directory.exists():
-            replaceable(directory)
-            # the old result moves aside first and goes only once the new one is in place
-            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-{os.getpid()}-old-"))
-            directory.rename(old / directory.name)
-            try:
-                staging.rename(directory)
-            except BaseException:
-                (old / directory.name).rename(directory)
+    with held(directory, reentrant=True):
+        recover(directory)
+        try:
+            staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=temporary_prefix(directory)))
+        except OSError as err:
+            raise SinkscopeError(f"cannot write {directory}: {err.strerror or err}") from None
+        CREATED.add(str(staging))
+        try:
+            yield staging
+            staging.chmod(0o755)  # mkdtemp makes it private
+            write_marker(staging, kind)
+            if directory.exists():
+                _check_or_keep(directory, staging, replaceable)
+                # the old result moves aside first and goes only once the new one is in place
+                old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=temporary_prefix(directory, old=True)))
+                CREATED.add(str(old))
+                directory.rename(old / directory.name)
+                try:
+                    staging.rename(directory)
+                except BaseException:
+                    (old / directory.name).rename(directory)
+                    shutil.rmtree(old, ignore_errors=True)
+                    raise
                 shutil.rmtree(old, ignore_errors=True)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(directory)
-    except OSError as err:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise SinkscopeError(
-            f"cannot write {directory}: {err.strerror or err}{_where(err)}; nothing was changed there, free space "
-            "or choose another place and rerun"
-        ) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            else:
+                staging.rename(directory)
+        except OSError as err:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise SinkscopeError(
+                f"cannot write {directory}: {err.strerror or err}{_where(err)}; nothing was changed there, free space "
+                "or choose another place and rerun"
+            ) from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _check_or_keep(directory: Path, staging: Path, replaceable: Callable[[Path], None]) -> None:
+    """`replaceable(directory)`, and when it refuses, the finished result in `staging` is kept under a visible name."""
+    try:
+        replaceable(directory)
+    except SinkscopeError as err:
+        kept = directory.with_name(f"{directory.name}.unsaved-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        staging.rename(kept)
+        raise SinkscopeError(f"{err}; the finished result is kept in {kept}") from None
 
 
 def _where(err: OSError) -> str:
@@ -250,15 +236,17 @@ def _where(err: OSError) -> str:
 
 
 def check_file_target(path: str | Path) -> None:
-    """Refuse a file `--out` that names a directory or lies in a folder that does not exist."""
-    path = Path(path)
+    """Refuse a file `--out` that names a directory or lies in a folder that does not exist, and an existing file
+    sinkscope did not write (neither a sinkscope page nor a file its result directory's marker lists)."""
+    path = output_path(path)
     if path.is_symlink():
         path = path.resolve()
     if path.is_dir():
         raise SinkscopeError(f"--out {path} is a directory; name a file, e.g. {path / 'report.html'}")
     if not path.parent.is_dir():
         raise SinkscopeError(f"--out {path}: folder {path.parent} does not exist; create it or choose another --out")
-    ours = path.name == "report.html" and is_result_directory(path.parent)  # a run's own page, of any version
+    marker = read_marker(path.parent)
+    ours = marker is not None and path.name in marker["entries"]  # a run's own page
     if path.exists() and not (is_page(path) or ours or path.stat().st_size == 0):
         raise SinkscopeError(
             f"--out {path} exists and is not a page sinkscope wrote, so it will not be replaced; choose another "
@@ -266,45 +254,38 @@ def check_file_target(path: str | Path) -> None:
         )
 
 
-def is_page(path: Path) -> bool:
-    """Whether the file `path` is a page of sinkscope's page builder (its generator marker near the top)."""
-    try:
-        with open(path, "rb") as handle:
-            return PAGE_MARKER in handle.read(4096)
-    except OSError:
-        return False
-
-
 @contextmanager
 def staged_file(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling `.NAME.tmp-PID` to write; it replaces `path` when the block finishes and is
+    """Yield a temporary sibling `.NAME.tmp-PID@TAG` to write; it replaces `path` when the block finishes and is
     removed when it raises. `path` naming a directory, lying in a missing folder or being a non-empty file that is
-    not a sinkscope page (nor a result directory's report.html) is refused first; a symbolic link is followed (the page goes where it points)."""
-    path = Path(path)
+    not a sinkscope page (nor a file its result directory's marker lists) is refused first; a symbolic link is
+    followed (the page goes where it points)."""
+    path = output_path(path)
     check_file_target(path)
     if path.is_symlink():
         path = path.resolve()
-    clean_stale(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        tmp.replace(path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise SinkscopeError(
-            f"cannot write {path}: {err.strerror or err}; the previous file (if any) is unchanged; free space or "
-            "choose another --out"
-        ) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with held(path, reentrant=True):
+        recover(path)
+        tmp = temporary_file(path)
+        try:
+            yield tmp
+            tmp.replace(path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise SinkscopeError(
+                f"cannot write {path}: {err.strerror or err}; the previous file (if any) is unchanged; free space or "
+                "choose another --out"
+            ) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def staged_file_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` whole or not at all (a temporary sibling `.NAME.tmp-PID`, renamed over `path`), for
+    """Write `data` to `path` whole or not at all (a temporary sibling `.NAME.tmp-PID@TAG`, renamed over `path`), for
     files inside a result directory sinkscope owns; a full disk leaves the previous file and is one line."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary_file(path)
     try:
         tmp.write_bytes(data)
         tmp.replace(path)

@@ -166,18 +166,23 @@ def test_a_few_invalid_bytes_are_replaced_and_reported(tiny, tmp_path, capsys, n
 
 
 def test_stale_temporaries_of_dead_processes_are_removed(tiny, tmp_path, capsys, no_report):
-    pid = dead_pid()
-    partial = tmp_path / f".run.partial-{pid}-x1y2"  # SIGKILL while saving
+    from sinkscope.locking import host_tag
+
+    pid, tag = dead_pid(), host_tag()
+    partial = tmp_path / f".run.partial-{pid}@{tag}-x1y2"  # SIGKILL while saving: half-written, no marker
     partial.mkdir()
     (partial / "heads.parquet").write_text("half")
-    tmp_html = tmp_path / f".run.tmp-{pid}"
+    tmp_html = tmp_path / f".run.tmp-{pid}@{tag}"
     tmp_html.write_text("<html")
-    alive = tmp_path / f".run.partial-{os.getppid()}-zz"  # a live writer's: left alone
+    alive = tmp_path / f".run.partial-{os.getppid()}@{tag}-zz"  # a live writer's: left alone
     alive.mkdir()
+    legacy = tmp_path / f".run.partial-{pid}-x1y2"  # an older sinkscope's name tells no host: left alone, named
+    legacy.mkdir()
     assert main(common(tiny, "--out", str(tmp_path / "run"))) == 0
     err = capsys.readouterr().err
-    assert not partial.exists() and not tmp_html.exists() and alive.exists()
-    assert f"removed {partial}, left behind by process {pid} that no longer runs" in err
+    assert not partial.exists() and not tmp_html.exists() and alive.exists() and legacy.exists()
+    assert f"removed {partial}, a half-written result of a process that no longer runs" in err
+    assert f"{legacy} is a temporary of an older sinkscope; it is left alone" in err
 
 
 # --- fail before the work, in one line ------------------------------------------------------------------------

@@ -379,7 +379,7 @@ def test_overwrite_refuses_a_run_holding_other_runs(tiny, finished, tmp_path, ca
     (nested / "run.json").write_text('{"nested": true}')
     before = snapshot(finished)
     line = one_error(capsys, analyze_args(tiny, "--out", str(finished), "--overwrite"))
-    assert f"holds other sinkscope results ({nested})" in line and "move them out first" in line
+    assert "holds files sinkscope did not write (older, older/run.json)" in line and "move them out" in line
     assert snapshot(finished) == before
 
 
@@ -442,7 +442,8 @@ def test_an_interrupted_gguf_conversion_leaves_nothing_in_the_cache(tiny, tmp_pa
             str(corpus), "--seq-len", "8", "--max-windows", "2", "--out", str(tmp_path / "run")]  # fmt: skip
     child = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={**os.environ, "SINKSCOPE_CACHE": str(cache)})
     wait_for(ready, child)
-    assert [".partial-" in p.name for p in (cache / "gguf").iterdir()] == [True]  # the conversion is being written
+    written = [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")]
+    assert [".partial-" in name for name in written] == [True]  # the conversion is being written
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 143 and "interrupted by SIGTERM" in err, err
@@ -451,7 +452,9 @@ def test_an_interrupted_gguf_conversion_leaves_nothing_in_the_cache(tiny, tmp_pa
     from sinkscope.models.load import _dequantized_gguf, file_sha256
 
     sha256 = file_sha256(gguf)
-    stale = cache / "gguf" / f".{sha256[:32]}.partial-{dead_pid()}-x1y2"
+    from sinkscope.locking import host_tag
+
+    stale = cache / "gguf" / f".{sha256[:32]}.partial-{dead_pid()}@{host_tag()}-x1y2"
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"half")
     monkeypatch.setenv("SINKSCOPE_CACHE", str(cache))

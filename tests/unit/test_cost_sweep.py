@@ -78,7 +78,7 @@ def test_run_writes_every_output_and_refuses_to_clobber(tmp_path):
     out = tmp_path / "run"
     config = CostSweepConfig(families=("orthonormal", "gaussian"), Ts=(2, 4), ds=(3, 6), seeds=1)
     frame = run_cost_sweep(config, out)
-    assert sorted(p.name for p in out.iterdir()) == ["cost.parquet", "figures", "fits.csv", "report.html", "run.json"]
+    assert sorted(p.name for p in out.iterdir() if p.name != ".sinkscope-result.json") == ["cost.parquet", "figures", "fits.csv", "report.html", "run.json"]
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["cost_vs_T.png", "ratio.png", "regime_map.png"]
     pd.testing.assert_frame_equal(pd.read_parquet(out / "cost.parquet"), frame)
     assert json.loads((out / "run.json").read_text())["config"]["Ts"] == [2, 4]

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.locking import CREATED, held, recover, temporary_prefix
 from sinkscope.models.families import Family, HeadLayout, decoder_layers, family_for, head_layout
-from sinkscope.staging import clean_stale
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -165,19 +165,25 @@ def _dequantized_gguf(path: Path, sha256: str) -> Path:
         del model.config.quantization_config
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(target)  # conversions of processes that were killed (`.NAME.partial-PID-*`, PID dead)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-{os.getpid()}-"))
     except OSError as err:
         raise SinkscopeError(_cache_error(target, err)) from None
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        tokenizer.save_pretrained(staging)
-        os.replace(staging, target)
-    except BaseException as err:  # Ctrl-C and SIGTERM too: a half-written copy (hundreds of MB) never stays
-        shutil.rmtree(staging, ignore_errors=True)
-        if not isinstance(err, OSError):
-            raise
-        if not target.is_dir():  # another process may have won the race; anything else is real
+    with held(target, wait=True, what="the model cache"):  # a second process converting the same file waits, then finds it cached
+        if (target / "model.safetensors").is_file() or (target / "model.safetensors.index.json").is_file():
+            return target
+        recover(target)  # under the lock: conversions of killed processes of this host (`.NAME.partial-PID@TAG-*`)
+        try:
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=temporary_prefix(target)))
+        except OSError as err:
+            raise SinkscopeError(_cache_error(target, err)) from None
+        CREATED.add(str(staging))
+        try:
+            model.save_pretrained(staging, safe_serialization=True)
+            tokenizer.save_pretrained(staging)
+            os.replace(staging, target)
+        except BaseException as err:  # Ctrl-C and SIGTERM too: a half-written copy (hundreds of MB) never stays
+            shutil.rmtree(staging, ignore_errors=True)
+            if not isinstance(err, OSError):
+                raise
             raise SinkscopeError(_cache_error(target, err)) from None
     return target
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.ownership import MARKER, foreign_entries
 from sinkscope.staging import real_target, staged_directory
 
 FORMATS = ("csv", "json")
@@ -38,8 +39,11 @@ def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None
         """An earlier export of this run may be replaced; a folder holding anything else may not."""
         if not folder.is_dir():
             raise SinkscopeError(f"--out {folder} exists and is not a directory; choose another --out")
-        entries = {entry.name for entry in folder.iterdir()}
-        foreign = sorted(entries - names)
+        if not any(folder.iterdir()):
+            return
+        foreign = foreign_entries(folder)  # None: no sinkscope marker, so nothing in it is provably an export
+        foreign = sorted({e.name for e in folder.iterdir()} - names - {MARKER} if foreign is not None else
+                         {e.name for e in folder.iterdir()}) + (foreign or [])  # fmt: skip
         if foreign:
             raise SinkscopeError(
                 f"--out {folder} holds files that are not an export of {directory} ({', '.join(foreign[:3])}), so "
@@ -48,7 +52,7 @@ def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None
 
     if out.exists():
         replaceable(out)  # before any table is read
-    with staged_directory(out, replaceable) as staging:
+    with staged_directory(out, replaceable, kind="export") as staging:
         for path in tables:
             table = _read(path)
             target = staging / f"{path.stem}.{fmt}"

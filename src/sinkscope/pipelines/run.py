@@ -36,7 +36,7 @@ class Run:
         """Write the run directory atomically; `report` also draws the figures and report.html."""
         directory = Path(directory)
         ensure_writable(directory, overwrite)
-        with staged_directory(directory) as staging:
+        with staged_directory(directory, kind="run") as staging:
             (staging / "run.json").write_text(json.dumps(self.meta, indent=2, default=str))
             for name in TABLES:
                 getattr(self, name).to_parquet(staging / f"{name}.parquet", index=False)
