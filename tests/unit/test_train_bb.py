@@ -141,6 +141,7 @@ def test_tiny_regime_map_writes_the_documented_columns(tmp_path: Path) -> None:
     assert (saved["dwqk_nuclear"] >= saved["dwqk_frobenius"]).all() and (saved["init_wqk_frobenius"] > 0).all()
     cells = pd.read_parquet(tmp_path / "m" / "regime_cells.parquet")
     assert tuple(cells.columns) == CELL_COLUMNS and len(cells) == 4 and cells["agreement"].str.endswith("/3").all()
+    assert (tmp_path / "m" / "switch_costs.parquet").is_file() and saved["switch_param_norm"].isna().all()
     for name in ("phase_diagram.png", "wqk_costs.png"):
         assert (tmp_path / "m" / "figures" / name).read_bytes()[:4] == b"\x89PNG"
     config = json.loads((tmp_path / "m" / "runs" / saved["cell"][6] / "seed_0" / "config.json").read_text())

@@ -6,6 +6,8 @@ writes, in `out_dir`:
 - `regimes.parquet`: one row per cell and seed (`REGIME_COLUMNS`), read from the run's dominant switch head;
 - `regime_cells.parquet`: one row per cell: majority pattern and its seed agreement, mean ± std of the masses
   and W_QK norms, set against the SPEC §6/§7 vocabulary-level costs (`CELL_COLUMNS`);
+- `switch_costs.parquet`: what each way of switching off costs, per variant, cell and pattern, at equal task
+  accuracy, with 95% intervals over seeds (`switch_costs.switch_cost_table`);
 - `figures/phase_diagram.png` and `figures/wqk_costs.png` (`regime_figures`);
 - `regimes.json`: the base config and the grid.
 Runs whose folder already holds a `summary.json` are reused unless `overwrite`, so an interrupted map resumes.
@@ -29,6 +31,7 @@ import torch
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic.summary import cost_predictions, head_costs
+from sinkscope.synthetic.switch_costs import switch_cost_table
 from sinkscope.synthetic.train import RunConfig, build_model, load_trained_model, train_bb
 
 # The base of every regime map: one attention-only layer (the head's output goes straight to the unembedding, so
@@ -102,7 +105,8 @@ REGIME_COLUMNS = (
     "cell", "init", "init_std", "embedding_init_std", "bos", "weight_decay", "variant", "seed",
     "pattern", "switch_head", "bos_mass", "diag_mass", "entropy", "switch_off", "copy_acc", "excess_loss_noncopy",
     "wqk_nuclear", "wqk_frobenius", "wqk_nuc_over_fro", "pred_nuclear", "pred_nuc_over_fro",
-    "init_wqk_frobenius", "dwqk_nuclear", "dwqk_frobenius", "heads", "seconds",
+    "init_wqk_frobenius", "dwqk_nuclear", "dwqk_frobenius", "row_mass", "gate", "switch_param_norm", "heads",
+    "seconds",
 )
 CELL_COLUMNS = (
     "cell", "init", "init_std", "embedding_init_std", "bos", "weight_decay", "variant", "n_seeds",
@@ -123,8 +127,9 @@ def effective_init_stds(config: RunConfig) -> tuple[float, float]:
 
 
 def wqk_change(run_dir: Path, layer: int, head: int) -> dict[str, float]:
-    """Frobenius norm of the head's W_QK at initialisation (rebuilt from the run's seed) and the nuclear and
-    Frobenius norms of what training added, `W_QK(final) - W_QK(init)`: the learned part's rank signature."""
+    """Frobenius norm of the head's W_QK at initialisation (rebuilt from the run's seed), the nuclear and
+    Frobenius norms of what training added, `W_QK(final) - W_QK(init)` (the learned part's rank signature), and
+    the final norm of the head's switch parameters (`switch_param_norm`: gate or sink logit, NaN without)."""
     config, model = load_trained_model(run_dir)
     initial = build_model(config)
     with torch.no_grad():
@@ -132,7 +137,8 @@ def wqk_change(run_dir: Path, layer: int, head: int) -> dict[str, float]:
         delta = model.blocks[layer].attn.w_qk()[head] - w0
         return {"init_wqk_frobenius": float(torch.linalg.matrix_norm(w0, "fro")),
                 "dwqk_nuclear": float(torch.linalg.matrix_norm(delta, "nuc")),
-                "dwqk_frobenius": float(torch.linalg.matrix_norm(delta, "fro"))}
+                "dwqk_frobenius": float(torch.linalg.matrix_norm(delta, "fro")),
+                "switch_param_norm": float(model.blocks[layer].attn.switch_parameter_norm()[head])}
 
 
 def regime_row(
@@ -154,6 +160,7 @@ def regime_row(
         "wqk_nuclear": final["wqk_nuclear"], "wqk_frobenius": final["wqk_frobenius"],
         "wqk_nuc_over_fro": costs["wqk_nuc_over_fro"], "pred_nuclear": nan(costs["pred_nuclear"]),
         "pred_nuc_over_fro": costs["pred_nuc_over_fro"], **wqk_change(run_dir, head["layer"], head["head"]),
+        "row_mass": final["row_mass"], "gate": final["gate_plain"],
         "heads": summary["heads_line"],
         "seconds": summary["seconds"],
     }
@@ -256,6 +263,7 @@ def run_regimes(
     cells_frame = cell_table(rows, cost_predictions(base.task.vocab_size, base.task.n_triggers))
     _write_parquet(rows, out_dir / "regimes.parquet")
     _write_parquet(cells_frame, out_dir / "regime_cells.parquet")
+    _write_parquet(switch_cost_table(rows), out_dir / "switch_costs.parquet")
     (out_dir / "figures").mkdir(exist_ok=True)
     save_figure(phase_diagram(cells_frame), out_dir / "figures" / "phase_diagram.png")
     save_figure(wqk_cost_figure(rows, cells_frame), out_dir / "figures" / "wqk_costs.png")
