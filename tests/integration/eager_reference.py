@@ -51,6 +51,7 @@ class Reference:
     token_layers: pd.DataFrame
     summary: dict
     exercised: dict = field(default_factory=dict)
+    windows: pd.DataFrame | None = None  # per-window summary numbers (statistics/window_summary.py)
 
 
 def head_class(sink: float, diag: float, prev: float, entropy: float, epsilon: float) -> str:
@@ -153,6 +154,7 @@ def eager_reference(
     t = torch.arange(T)
     head_rows, layer_rows, position_rows = [], [], []
     alphas, receiveds = [], []  # (N, H) per-window α and (N, H, T-2) received of each layer
+    window_diag, window_mlp = torch.zeros(N, dtype=torch.float64), torch.zeros(N, dtype=torch.float64)
     exercised = {"hard_sink": 0, "hard_diag": 0, "off": 0, "on": 0, "cos_nonpos": 0}
     for layer in range(L):
         A = maps[layer].double()  # (N, H, T, T)
@@ -168,6 +170,8 @@ def eager_reference(
         hard_sink, hard_diag = col0[..., 1:] >= 1 - delta, diag[..., 1:] >= 1 - delta  # (N, H, T-1)
         visible_mean = value_norms.cumsum(-1) / (t + 1.0)  # mean_{j≤t} ||v_j||
         off = (out_norms <= tau * visible_mean)[..., 1:]
+        window_diag += diag[..., 1:].mean(-1).sum(-1)  # Σ_h mean_{t≥1} A[t,t], per window
+        window_mlp += (hard_sink | hard_diag).all(dim=1).sum(-1)  # queries t ≥ 1 where every head is hard
         exercised["hard_sink"] += int(hard_sink.sum())
         exercised["hard_diag"] += int(hard_diag.sum())
         exercised["off"] += int(off.sum())
@@ -238,8 +242,11 @@ def eager_reference(
         "head_classes": {k: int(v) for k, v in heads["head_class"].value_counts().items()},
     }  # fmt: skip
     exercised["sink_frac"] = float(tokens["sink_frac"].max()) if len(tokens) else 0.0
+    windows = pd.DataFrame({"window": np.arange(N), "sink_rate": (alpha_all > epsilon).double().mean((0, 2)).numpy(),
+                            "mean_sink_score": alpha_all.mean((0, 2)).numpy(), "mean_diag_score": (window_diag / (L * H)).numpy(),
+                            "mlp_like_frac": (window_mlp / (L * (T - 1))).numpy()})  # fmt: skip
     return Reference(heads, pd.DataFrame(layer_rows), pd.DataFrame(position_rows), tokens, token_layers, summary,
-                     exercised)
+                     exercised, windows)
 
 
 def key_token_tables(ids: torch.Tensor, received: torch.Tensor, epsilon: float, tokenizer) -> tuple:
@@ -297,7 +304,7 @@ def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements:
 
 
 KEYS = {"heads": ["layer", "head"], "layers": ["layer"], "positions": ["layer", "position"], "tokens": ["token_id"],
-        "token_layers": ["token_id", "layer"]}  # fmt: skip
+        "token_layers": ["token_id", "layer"], "windows": ["window"]}  # fmt: skip
 # Counts and booleans must match exactly; γ and the span distance come from different solvers (tolerance 1e-5).
 TOLERANCE = 2e-5
 

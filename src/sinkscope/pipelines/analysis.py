@@ -17,10 +17,13 @@ import pandas as pd
 import torch
 
 from sinkscope.capture.feed import Feed
+from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
+from sinkscope.models.families import softmax_layers
 from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.checkpoint import load_checkpoint, save_checkpoint
+from sinkscope.pipelines.linear_layers import mark_linear_layers
 from sinkscope.pipelines.run import Run
 from sinkscope.provenance import package_versions
 from sinkscope.statistics.bos_geometry import BosGeometry
@@ -28,11 +31,14 @@ from sinkscope.statistics.certificates import HalfSpaceCertificates
 from sinkscope.statistics.key_tokens import KeyTokens
 from sinkscope.statistics.learned_sink import LearnedSinkScores
 from sinkscope.statistics.massive_activations import MassiveActivations
+from sinkscope.statistics.output_gate import OutputGates
 from sinkscope.statistics.pattern_scores import PatternScores
 from sinkscope.statistics.smoothing_curves import LAMBDAS, SmoothingCurves
 from sinkscope.statistics.statistic import Statistic, Tables
 from sinkscope.statistics.switch_counts import SwitchCounts
 from sinkscope.statistics.window_sink_rate import WindowSinkRate
+from sinkscope.statistics.window_summary import WindowSummary
+from sinkscope.stats.head_classes import HeadThresholds
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,8 @@ class AnalyzeConfig:
     """Thresholds of an analysis (SPEC §2–§4). `epsilon`: sink-rate threshold (Gu et al.: 0.3); `delta`:
     hard-pattern threshold; `tau`: switch threshold; `geometry_cap`: attention inputs sampled per layer for the
     half-space certificates; `seed`: that sample's seed; `epsilons`: more sink-rate thresholds counted in the
-    same pass (summary `sink_rates`), so an ε sweep needs one pass and no per-window storage."""
+    same pass (summary `sink_rates`), so an ε sweep needs one pass and no per-window storage. `diagonal`,
+    `previous`, `dense`, `learned_sink` (None: ε): the head-class thresholds (`head_thresholds`)."""
 
     epsilon: float = 0.3
     delta: float = 0.1
@@ -48,6 +55,10 @@ class AnalyzeConfig:
     geometry_cap: int = 256
     seed: int = 0
     epsilons: tuple[float, ...] = ()
+    diagonal: float = HeadThresholds.diagonal
+    previous: float = HeadThresholds.previous
+    dense: float = HeadThresholds.dense
+    learned_sink: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilons", tuple(float(e) for e in self.epsilons))
@@ -58,6 +69,18 @@ class AnalyzeConfig:
                 raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
         if self.geometry_cap < 0:
             raise SinkscopeError(f"--geometry-cap {self.geometry_cap} must be ≥ 0")
+        for flag, value in [("--diag-threshold", self.diagonal), ("--prev-threshold", self.previous),
+                            ("--dense-threshold", self.dense), ("--learned-sink-threshold", self.learned_sink)]:
+            if value is not None and not 0 <= value <= 1:
+                raise SinkscopeError(f"{flag} {value} must lie between 0 and 1 (a share of attention or entropy)")
+
+    @property
+    def head_thresholds(self) -> HeadThresholds:
+        """The thresholds of the head classes (`stats.head_classes`): sink at ε, learned sink at `learned_sink`
+        (default ε), and `diagonal`, `previous`, `dense`."""
+        learned = self.epsilon if self.learned_sink is None else self.learned_sink
+        return HeadThresholds(sink=self.epsilon, diagonal=self.diagonal, previous=self.previous, dense=self.dense,
+                              learned_sink=learned)  # fmt: skip
 
     @property
     def thresholds(self) -> tuple[float, ...]:
@@ -116,7 +139,8 @@ def analyze(
     total = None if expected is None else math.ceil(expected / world / windows.batch_size)
     started = time.perf_counter()
     analysed, saved, digest = 0, feed.windows, hashlib.sha256()  # digest: token ids of this rank's windows so far
-    with feed.hooks(lm):
+    gate_readers = [s.on_gate for s in statistics if isinstance(s, OutputGates)]
+    with feed.hooks(lm), output_gate_hooks(lm, gate_readers):
         batches = windows.batches(shard=(rank, world))  # from the first: a resume checks the text it skips
         bar = tqdm(batches, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
@@ -153,8 +177,9 @@ def analyze(
         compute_started = time.perf_counter()
         parts[statistic.name] = statistic.compute(feed.windows)
         compute_seconds[statistic.name] = time.perf_counter() - compute_started
+    mark_linear_layers(parts, statistics, softmax_layers(lm.family, lm.layers), len(lm.layers))
     heads, layers, positions, extra = joined(parts.values())
-    corpus = windows.identity() | {"windows": feed.windows}
+    corpus = windows.identity() | {"windows": feed.windows, "tokens": windows.tokens()}
     meta = {
         "config": asdict(config),
         "model": lm.identity,
@@ -212,14 +237,17 @@ def statistics_for(
     oversmoothing curves (§5)."""
     L, H, T, device = len(lm.layers), lm.layout.n_heads, seq_len, lm.device
     statistics: list[Statistic] = [
-        PatternScores(L, H, T, config.epsilon, device),
+        PatternScores(L, H, T, config.epsilon, device, thresholds=config.head_thresholds),
         SwitchCounts(L, H, T, config.tau, device),
         WindowSinkRate(L, H, T, config.thresholds, device),
+        WindowSummary(L, H, T, config.epsilon, device),
         BosGeometry(L, T, device),
         MassiveActivations(L, lm.layout.d_model, device),
     ]
     if lm.family.learned_sink is not None:  # gpt-oss: the learned sink's columns beside the BOS sink's
         statistics.insert(3, LearnedSinkScores(L, H, T, config.epsilon, config.delta, config.tau, device))
+    if lm.family.output_gate is not None:  # Qwen3-Next: each head's output gate beside its sink
+        statistics.append(OutputGates(L, H, T, device=device))
     if config.geometry_cap > 0:
         statistics.append(HalfSpaceCertificates(config.geometry_cap, config.seed, progress))
     statistics.append(KeyTokens(L, H, T, config.epsilon, lm.tokenizer, device))
@@ -263,7 +291,8 @@ def summary(heads: pd.DataFrame, rates: dict, thresholds: tuple[float, ...]) -> 
     """Model-level numbers printed by the CLI and shown first in the report. `sink_rate` is Gu et al.'s
     (per-window threshold, SPEC §2) at `thresholds[0]`; `sink_rates` gives it at every threshold (both from
     `WindowSinkRate`), and `sink_rate_of_mean` / `sink_rates_of_mean` threshold the window-mean sink score of each
-    head instead."""
+    head instead. Heads without a softmax map (linear-attention layers: NaN) are left out."""
+    heads = heads[heads["sink_score"].notna()]
     return {
         "sink_rate": rates["sink_rate"],
         "sink_rate_of_mean": float((heads["sink_score"] > thresholds[0]).mean()),
