@@ -37,16 +37,23 @@ def flags(records: dict) -> set[str]:
 # Options added since the fixture was dumped, per command (issue 27: --threads on every command that loads a model).
 ADDED = {command: {"--threads"} for command in ("analyze", "view", "ablate", "sweep", "reproduce")}
 ADDED["reproduce"] |= {"--random-draws", "--ablation-windows"}  # issue 24: the ablations' draws and windows
+# issue 35: the head-class thresholds and what becomes of a corpus's tail
+ADDED["analyze"] |= {"--diag-threshold", "--prev-threshold", "--dense-threshold", "--learned-sink-threshold", "--tail"}
+# Options changed on purpose since the dump (issue 35: `--seq-len whole`; the geometry step's help says what it costs).
+CHANGED = {"analyze": {"--seq-len", "--geometry-cap"}, "train-bb": {"--attention"}}  # train-bb: more kinds in its help
 
 
 def test_every_subcommand_keeps_its_options():
-    now = records_now()
-    assert set(now) == set(BEFORE)
+    now, dumped = records_now(), json.loads(json.dumps(BEFORE))  # a copy: the other tests read all of BEFORE
+    assert set(dumped) <= set(now)  # commands added since the dump have no record to keep
     for command, added in ADDED.items():
         assert added <= set(now[command]), command
         for key in added:
             del now[command][key]
-    for command, before in BEFORE.items():
+    for command, changed in CHANGED.items():
+        for key in changed:
+            del now[command][key], dumped[command][key]
+    for command, before in dumped.items():
         if command != "train-bb":
             assert now[command] == before, command
             continue
@@ -78,6 +85,46 @@ def test_threads_sets_torchs_thread_count_and_refuses_zero(capsys):
         torch.set_num_threads(before)
     assert main(["view", "--threads", "0", "--text", "x", "--out", "never.html"]) == 2
     assert "--threads 0 must be 1 or more" in capsys.readouterr().err
+
+
+def test_a_wrong_flag_prints_the_subcommands_usage_with_the_nearest_flag(capsys):
+    """Issue 35: `analyze --diagonal 0.3` printed the top-level usage; it names analyze's usage and its flag."""
+    with pytest.raises(SystemExit) as exit:
+        main(["analyze", "--diagonal", "0.3", "--out", "o"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.startswith("usage: sinkscope analyze ")
+    assert "--diag-threshold" in err.splitlines()[-1] and "unrecognized arguments: --diagonal 0.3" in err
+    with pytest.raises(SystemExit):
+        main(["models", "--bogus"])
+    assert capsys.readouterr().err.startswith("usage: sinkscope models ")
+
+
+def test_version_is_the_installed_distributions(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out.strip() == f"sinkscope {version('sinkscope')}"
+
+
+def test_head_class_flags_reach_analyze_config():
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.pipelines.analysis import AnalyzeConfig
+    from sinkscope.stats.head_classes import HeadThresholds, classify_head
+
+    args = build_parser().parse_args(["analyze", "--out", "o", "--diag-threshold", "0.2", "--prev-threshold", "0.4",
+                                      "--dense-threshold", "0.9", "--learned-sink-threshold", "0.6"])  # fmt: skip
+    config = AnalyzeConfig(epsilon=0.25, diagonal=args.diagonal, previous=args.previous, dense=args.dense,
+                           learned_sink=args.learned_sink)  # fmt: skip
+    assert config.head_thresholds == HeadThresholds(sink=0.25, diagonal=0.2, previous=0.4, dense=0.9, learned_sink=0.6)
+    assert AnalyzeConfig(epsilon=0.25).head_thresholds == HeadThresholds(sink=0.25, learned_sink=0.25)
+    default = build_parser().parse_args(["analyze", "--out", "o"])
+    assert (default.diagonal, default.previous, default.dense, default.learned_sink) == (0.5, 0.5, 0.7, None)
+    # a head attending 0.3 to itself: mixed at the default 0.5, diagonal at --diag-threshold 0.2
+    assert classify_head(0.1, 0.3, 0.1, 0.5) == "mixed"
+    assert classify_head(0.1, 0.3, 0.1, 0.5, thresholds=config.head_thresholds) == "diagonal"
+    with pytest.raises(SinkscopeError, match="--dense-threshold 1.5 must lie between 0 and 1"):
+        AnalyzeConfig(dense=1.5)
 
 
 def test_defaults_of_the_shared_options_stay_per_command():
@@ -208,12 +255,26 @@ def test_cli_holds_no_process_group_calls():
             assert word not in text, f"{path.name} mentions {word}"
 
 
-def test_models_says_which_torch_build_and_device_commands_use(capsys):
+def test_models_says_which_torch_build_and_device_commands_use(capsys, monkeypatch):
     import torch
 
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the thread count an automatic choice follows when it is set
     assert main(["models"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
     assert line.startswith(f"torch {torch.__version__} ({build}); commands run on cpu (the default --device) with "
-                           f"{torch.get_num_threads()} threads")  # fmt: skip
+                           "3 CPU threads (OMP_NUM_THREADS=3; --threads N to choose); ")  # fmt: skip
     assert ("CUDA device available" in line) == torch.cuda.is_available()
+
+
+def test_models_lists_without_importing_torch_on_a_cpu_build():
+    """Issue 35: `sinkscope models` took 5 s on a busy machine, most of it importing torch to print a table."""
+    import torch
+
+    if torch.version.cuda:
+        pytest.skip("a CUDA build imports torch to ask whether a device is visible")
+    code = ("import sys; from sinkscope.cli.main import main; main(['models']); "
+            "assert 'torch' not in sys.modules, 'torch imported'")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"torch {torch.__version__} (CPU-only build)" in done.stdout and "smollm2-135m (default)" in done.stdout

@@ -62,13 +62,16 @@ def word_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def test_windows_are_bos_then_t_minus_1_tokens_of_the_joined_documents(tmp_path):
-    """Documents joined with EOS, cut into chunks of T−1 tokens, each after BOS; the incomplete tail dropped."""
+    """Documents joined with EOS, cut into chunks of T−1 tokens, each after BOS; the incomplete tail in a last
+    window of the final T−1 tokens (issue 35), or dropped with `tail="drop"`."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b c a\n\nb b\n\nc a c")  # tokens 3 4 5 3 | 4 4 | 5 3 5
     stream = sinkscope.windows(str(corpus), word_tokenizer(), seq_len=4, batch_size=2)
     got = torch.cat(list(stream))
-    joined = [3, 4, 5, 3, 1, 4, 4, 1, 5, 3, 5]  # 11 tokens: 3 chunks of 3, tail of 2 dropped
-    expected = torch.tensor([[0, *joined[i : i + 3]] for i in (0, 3, 6)])
+    joined = [3, 4, 5, 3, 1, 4, 4, 1, 5, 3, 5]  # 11 tokens: 3 chunks of 3, tail of 2
+    expected = torch.tensor([[0, *joined[i : i + 3]] for i in (0, 3, 6, 8)])  # the last from token 8: 5 3 5
     assert torch.equal(got, expected)
+    dropped = sinkscope.windows(str(corpus), word_tokenizer(), seq_len=4, tail="drop")
+    assert torch.equal(torch.cat(list(dropped)), expected[:3])
     with pytest.raises(sinkscope.SinkscopeError, match="--seq-len 1 is too short"):
         sinkscope.windows(str(corpus), word_tokenizer(), seq_len=1)

@@ -1,4 +1,5 @@
-"""SPEC §1 windows: BOS prefix, EOS between documents, T-1 token chunks, tail dropped; corpus sources and errors."""
+"""SPEC §1 windows: BOS prefix, EOS between documents, T-1 token chunks, the tail in an overlapping last window (or
+dropped on request); corpus sources and errors."""
 
 import json
 
@@ -38,6 +39,43 @@ def test_windows_follow_the_spec(tmp_path, tokenizer):
     assert got.tolist() == expected
     assert stream.count == 5
     assert stream.identity()["windows"] == 5
+
+
+def test_the_tail_gets_a_last_window_of_the_final_tokens_unless_dropped(tmp_path, tokenizer):
+    """Issue 35: 17 tokens at T = 4 fill 5 windows of 3 and leave 2; the last window holds the final 3 tokens (1 of
+    them also in the window before), so no token is dropped; `tail="drop"` leaves the 2 out and says so."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c d e f g a b c d e f g a b c")
+    flat = ids("a b c d e f g a b c d e f g a b c")
+    stream = windows(str(corpus), tokenizer, seq_len=4, batch_size=4)
+    got = torch.cat(list(stream)).tolist()
+    assert got == [[0, *flat[i : i + 3]] for i in range(0, 15, 3)] + [[0, *flat[-3:]]]
+    assert stream.tokens() == {"read": 17, "analysed": 17, "overlap": 1, "dropped": 0, "windows": 6, "complete": True}
+    assert stream.available() is None and windows(str(corpus), tokenizer, 4, 50).available() == 6
+    covered = {i for start in [*range(0, 15, 3), 14] for i in range(start, start + 3)}
+    assert covered == set(range(17))  # every token in some window
+    dropped = windows(str(corpus), tokenizer, seq_len=4, tail="drop")
+    assert torch.cat(list(dropped)).tolist() == got[:5]
+    assert dropped.tokens() == {"read": 17, "analysed": 15, "overlap": 0, "dropped": 2, "windows": 5, "complete": True}
+    assert dropped.identity()["tail"] == "drop" and stream.identity()["tail"] == "overlap"
+    limited = windows(str(corpus), tokenizer, seq_len=4, max_windows=2)
+    list(limited)
+    assert limited.tokens() == {"read": 6, "analysed": 6, "overlap": 0, "dropped": 0, "windows": 2, "complete": False}
+    with pytest.raises(SinkscopeError, match="--tail 'cut' is not one of overlap, drop"):
+        windows(str(corpus), tokenizer, seq_len=4, tail="cut")
+
+
+def test_a_corpus_shorter_than_one_window_points_to_whole(tmp_path, tokenizer):
+    from sinkscope.corpus.windows import corpus_length
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b\n\nc")
+    assert corpus_length(str(corpus), tokenizer) == 4  # a b <eos> c
+    with pytest.raises(SinkscopeError, match="--seq-len whole \\(one window of 5\\)"):
+        list(windows(str(corpus), tokenizer, seq_len=8))
+    assert torch.cat(list(windows(str(corpus), tokenizer, seq_len=5))).tolist() == [[0, *ids("a b"), 1, *ids("c")]]
+    with pytest.raises(SinkscopeError, match="endless"):
+        corpus_length("builtin:random", tokenizer)
 
 
 def test_max_windows_and_bos_override(tmp_path, tokenizer):

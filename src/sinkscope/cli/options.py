@@ -18,12 +18,14 @@ import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from sinkscope.threads import parse_threads
+
 DEFAULT_MODEL = "smollm2-135m"  # as sinkscope.models.load.DEFAULT_MODEL, without importing torch for --help
 MODEL_HELP = "embedded name, model dir, .gguf file or hub id"
 SEQ_LEN_HELP = "window length T including BOS (default 64)"
 OVERWRITE_HELP = "replace an existing --out directory"
-THREADS_HELP = ("torch CPU threads (default: torch's choice, one per core); on a machine shared with other jobs "
-                "fewer can be much faster: see docs/performance.md, Threads")
+THREADS_HELP = ("torch CPU threads, or auto (default): the CPUs this process may use less their load average, so a "
+                "busy shared machine gets fewer threads, which is much faster there (docs/performance.md, Threads)")
 
 
 def _parent() -> argparse.ArgumentParser:
@@ -51,7 +53,7 @@ def model_options(
                             help="spread a model larger than one device over all visible GPUs (accelerate)")
     if device:
         parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-        parser.add_argument("--threads", type=int, default=None, metavar="N",
+        parser.add_argument("--threads", type=parse_threads, default="auto", metavar="N",
                             help=THREADS_HELP)  # fmt: skip
     if loading:
         parser.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code")
@@ -60,7 +62,8 @@ def model_options(
 
 def apply_threads(threads: int | None) -> int:
     """Set torch's CPU thread count to `threads` (None: leave torch's default) and return the count in use, which
-    `analyze` records in run.json (`timings.threads`). Imports torch: call it in a command's run function."""
+    `analyze` records in run.json (`timings.threads`). Imports torch: call it in a command's run function; the CLI
+    passes `sinkscope.threads.choose_threads(--threads)` (auto by default)."""
     from sinkscope.errors import SinkscopeError
 
     if threads is not None and threads < 1:
@@ -80,14 +83,19 @@ def corpus_options(
     max_windows: tuple[int, str] | None = None,
     batch_size: bool = True,
     bos_id: bool = True,
+    whole: bool = False,
 ) -> argparse.ArgumentParser:
-    """Which windows: `--corpus` (help `corpus`), `--seq-len` (help `seq_len`, default `seq_len_default`),
-    `--max-windows` (`max_windows` = (default, help)), `--batch-size` and `--bos-id`; a None or False leaves
-    the flag out (sweep and reproduce take lists: `--corpora`, `--seq-lens`)."""
+    """Which windows: `--corpus` (help `corpus`), `--seq-len` (help `seq_len`, default `seq_len_default`; with
+    `whole` it also takes "whole": one window of the whole corpus), `--max-windows` (`max_windows` = (default,
+    help)), `--batch-size` and `--bos-id`; a None or False leaves the flag out (sweep and reproduce take lists:
+    `--corpora`, `--seq-lens`)."""
     parser = _parent()
     if corpus is not None:
         parser.add_argument("--corpus", default="builtin:prose", help=corpus)
-    if seq_len is not None:
+    if seq_len is not None and whole:
+        parser.add_argument("--seq-len", type=_seq_len_or_whole, default=seq_len_default, metavar="T",
+                            help=f"{seq_len}, or whole: the corpus as one window (up to the model's context)")
+    elif seq_len is not None:
         parser.add_argument("--seq-len", type=int, default=seq_len_default, help=seq_len)
     if max_windows is not None:
         parser.add_argument("--max-windows", type=int, default=max_windows[0], help=max_windows[1])
@@ -96,6 +104,16 @@ def corpus_options(
     if bos_id:
         parser.add_argument("--bos-id", type=int, default=None, help="BOS id (default: tokenizer's BOS, else EOS)")
     return parser
+
+
+def _seq_len_or_whole(text: str) -> int | str:
+    """`--seq-len` of analyze: a whole number or "whole"."""
+    if text == "whole":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'whole'") from None
 
 
 def output_options(

@@ -1,8 +1,11 @@
 """BOS-prefixed token windows (SPEC §1), streamed so a corpus of any size costs constant memory.
 
 Documents are tokenized without special tokens and joined with the EOS id between them; the stream is cut into
-consecutive non-overlapping chunks of `T-1` tokens, each prefixed with the BOS id; the incomplete tail is
-dropped. A run's corpus identity is source + tokenizer + T + number of windows.
+consecutive non-overlapping chunks of `T-1` tokens, each prefixed with the BOS id. The incomplete tail of n < T-1
+tokens is not dropped (`tail="overlap"`, the default): one last window holds the final T-1 tokens of the stream,
+so it starts T-1-n tokens early and those are analysed twice (at other positions, in another context); every
+window keeps length T, which every statistic's normalisation and the positions table assume. `tail="drop"`
+drops the tail instead. A run's corpus identity is source + tokenizer + T + tail + number of windows.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import torch
 
 from sinkscope.corpus.sources import TOKEN_CONTROLS, check_source, documents
 from sinkscope.errors import SinkscopeError
+
+TAILS = ("overlap", "drop")  # what becomes of the last T-1 > n > 0 tokens of a corpus (module doc)
 
 
 def default_bos_id(tokenizer) -> int:
@@ -30,7 +35,8 @@ class Windows:
 
     Iterating yields `LongTensor[B, seq_len]` batches; `count` is the number of windows of the corpus the last
     complete iteration went through (the stream is lazy, so it is known only afterwards). `batches(shard, skip)`
-    iterates one data-parallel shard, or resumes.
+    iterates one data-parallel shard, or resumes. `tail` is one of `TAILS` (module doc); after an iteration,
+    `tokens()` says how many tokens were read, analysed twice and dropped.
     """
 
     source: str
@@ -41,8 +47,11 @@ class Windows:
     batch_size: int = 8
     seed: int = 0
     count: int = 0
+    tail: str = "overlap"
 
     def __post_init__(self) -> None:
+        if self.tail not in TAILS:
+            raise SinkscopeError(f"--tail {self.tail!r} is not one of {', '.join(TAILS)}")
         if self.seq_len < 2:
             raise SinkscopeError(f"--seq-len {self.seq_len} is too short: a window needs BOS plus at least 1 token")
         if self.max_windows is not None and self.max_windows < 1:
@@ -59,7 +68,7 @@ class Windows:
     def batches(self, shard: tuple[int, int] = (0, 1), skip: int = 0) -> Iterator[torch.Tensor]:
         """Batches of the windows whose index is `rank` modulo `world` (`shard = (rank, world)`), after the first
         `skip` of them (analysed before a resume)."""
-        self.count = 0
+        self.count, self._complete = 0, False
         rank, world = shard
         mine = 0
         batch: list[torch.Tensor] = []
@@ -75,13 +84,28 @@ class Windows:
                 batch = []
             if self.max_windows is not None and self.count >= self.max_windows:
                 break
+        else:
+            self._complete = True
         if batch:
             yield torch.stack(batch)
         if self.count == 0:
             raise SinkscopeError(
                 f"corpus '{self.source}' gave {self._tokens_seen} tokens; one window of --seq-len {self.seq_len} "
-                f"needs {self.seq_len - 1}: use a larger corpus or a smaller --seq-len"
+                f"needs {self.seq_len - 1}: use a larger corpus, a smaller --seq-len, or --seq-len whole (one "
+                f"window of {self._tokens_seen + 1})"
             )
+
+    def tokens(self) -> dict:
+        """What the last iteration read: `read` tokens of the corpus (EOS separators included), `windows`, `overlap`
+        (tokens of the last window that the window before already held), `dropped` (the tail, with `tail="drop"`)
+        and `complete` (whether it reached the corpus's end rather than `max_windows`; an endless control never
+        does). `analysed` = read − dropped (every one of them once, `overlap` of them twice)."""
+        complete = getattr(self, "_complete", False)
+        read, overlap, dropped = getattr(self, "_tokens_seen", 0), getattr(self, "_overlap", 0), 0
+        if complete and self.tail == "drop":
+            dropped = getattr(self, "_tail", 0)
+        return {"read": read, "analysed": read - dropped, "overlap": overlap, "dropped": dropped,
+                "windows": self.count, "complete": complete}  # fmt: skip
 
     def available(self) -> int | None:
         """How many windows this stream will give: `max_windows`, or fewer when the corpus runs out first (counted
@@ -98,6 +122,8 @@ class Windows:
                 count += 1
                 if count >= self.max_windows:
                     break
+            else:
+                self._complete = True  # the corpus ran out first: `tokens()` knows its tail
             self._available = (key, count)
         return self._available[1]
 
@@ -111,25 +137,32 @@ class Windows:
             "max_windows": self.max_windows,
             "bos_id": self.bos_id,
             "seed": self.seed,
+            "tail": self.tail,
         }
 
     def _windows(self) -> Iterator[torch.Tensor]:
         body = self.seq_len - 1
-        self._tokens_seen = 0
+        self._tokens_seen, self._overlap, self._tail = 0, 0, 0
         if self.source in TOKEN_CONTROLS:
             yield from self._control_windows(body)
             return
         eos = self.tokenizer.eos_token_id
         buffer: list[int] = []
+        last: list[int] = []  # the body of the last full window: the overlap of a tail window comes from it
         for index, doc in enumerate(documents(self.source)):
             if index and eos is not None:
                 buffer.append(int(eos))
             buffer.extend(self.tokenizer(doc, add_special_tokens=False)["input_ids"])
             while len(buffer) >= body:
                 self._tokens_seen += body
-                yield torch.tensor([self.bos_id, *buffer[:body]], dtype=torch.long)
+                last = buffer[:body]
+                yield torch.tensor([self.bos_id, *last], dtype=torch.long)
                 del buffer[:body]
         self._tokens_seen += len(buffer)
+        self._tail = len(buffer)
+        if buffer and last and self.tail == "overlap":  # the final T-1 tokens: no token is left out
+            self._overlap = body - len(buffer)
+            yield torch.tensor([self.bos_id, *(last + buffer)[-body:]], dtype=torch.long)
 
     def _control_windows(self, body: int) -> Iterator[torch.Tensor]:
         """Gu et al. 2025's controls: uniform random ordinary tokens, or one ordinary token repeated."""
@@ -156,9 +189,24 @@ def windows(
     bos_id: int | None = None,
     batch_size: int = 8,
     seed: int = 0,
+    tail: str = "overlap",
 ) -> Windows:
-    """BOS-prefixed windows of a corpus (SPEC §1); iterate to get `LongTensor[B, seq_len]` batches."""
-    return Windows(corpus, tokenizer, seq_len, max_windows, bos_id, batch_size, seed)
+    """BOS-prefixed windows of a corpus (SPEC §1); iterate to get `LongTensor[B, seq_len]` batches. `tail`:
+    "overlap" (a last window of the final T-1 tokens, so none is dropped) or "drop" (module doc)."""
+    return Windows(corpus, tokenizer, seq_len, max_windows, bos_id, batch_size, seed, tail=tail)
+
+
+def corpus_length(corpus: str, tokenizer) -> int:
+    """The tokens of a text corpus as windows read them (documents without special tokens, EOS between them):
+    `--seq-len whole` makes one window of this many tokens plus BOS. Reads the whole corpus."""
+    check_source(corpus)
+    if corpus in TOKEN_CONTROLS:
+        raise SinkscopeError(f"corpus '{corpus}' is endless: --seq-len whole needs a text corpus; pass --seq-len N")
+    eos = tokenizer.eos_token_id
+    total = 0
+    for index, doc in enumerate(documents(corpus)):
+        total += len(tokenizer(doc, add_special_tokens=False)["input_ids"]) + (1 if index and eos is not None else 0)
+    return total
 
 
 @dataclass
@@ -198,6 +246,11 @@ class TokenWindows:
         """As `Windows.batches`: one shard's windows, after the first `skip`."""
         rank, world = shard
         yield from self.ids[rank::world][skip:].split(self.batch_size)
+
+    def tokens(self) -> dict:
+        """As `Windows.tokens`: every row's T-1 tokens after BOS, none dropped."""
+        read = self.ids.shape[0] * (self.seq_len - 1)
+        return {"read": read, "analysed": read, "overlap": 0, "dropped": 0, "windows": self.count, "complete": True}
 
     def identity(self) -> dict:
         return {"source": self.source, "seq_len": self.seq_len, "windows": self.count, "bos_id": int(self.ids[0, 0])}

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import reduce
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from sinkscope.errors import SinkscopeError
+
+if TYPE_CHECKING:  # torch only where a function needs it: `sinkscope models` lists this table without it
+    import torch
+    from torch import nn
 
 QKV_LAYOUTS = ("separate", "concat", "per_head", "per_group")
 """How query, key and value channels sit in the projection(s), per token:
@@ -255,8 +257,9 @@ def family_for(model_type: str, config=None) -> Family:
                 fields["unsupported"] = family.unsupported + fields["unsupported"]
             return replace(family, **fields)
     raise SinkscopeError(
-        f"model type '{model_type}' has no sinkscope family entry; supported: "
-        f"{', '.join(supported_model_types())} (add one to sinkscope/models/families.py)"
+        f"model type '{model_type}' is not supported: sinkscope analyses decoder-only causal LMs of these model "
+        f"types: {', '.join(supported_model_types())} (`sinkscope models` lists them); a new type is one entry in "
+        "sinkscope/models/families.py (README, Model families)"
     )
 
 
@@ -338,6 +341,8 @@ def projection_channels(family: Family, layout: HeadLayout, which: str) -> torch
 def _in_out(family: Family, module: nn.Module) -> torch.Tensor:
     """A projection's weight as (in, out): `Conv1D` stores it so, `nn.Linear` as (out, in)."""
     weight = module.weight.detach()
+    import torch
+
     return weight if family.weights_in_out else weight.T
 
 

@@ -9,6 +9,7 @@ import torch
 from sinkscope.errors import SinkscopeError
 from sinkscope.statistics.state import Sum
 from sinkscope.statistics.statistic import Columns, Rows, Statistic, Tables
+from sinkscope.stats.head_classes import HeadThresholds
 from sinkscope.stats.patterns import finalize_pattern_scores, head_class
 
 ROW_SUMS = ("sink", "diag", "prev", "entropy", "hard_sink", "hard_diag", "upper_mass", "row_total", "learned_sink")
@@ -18,14 +19,18 @@ class PatternScores(Statistic):
     """Sums over queries of `A[t,0]`, `A[t,t]`, `A[t,t−1]`, weighted row entropy and the hard fractions (per head),
     and the column sums `Σ_w Σ_t A[t,k]` (per head and key). `compute` gives the means of SPEC §2, the head class
     at `epsilon`, the positions table's `α_k` columns (`mean_key_score`, `max_key_score`, `sink_rate_of_mean`)
-    and the layers' `sink_rate_of_mean`; it refuses maps that are not a causal softmax (row sums, upper mass)."""
+    and the layers' `sink_rate_of_mean` (`thresholds`: the head-class thresholds, default those of `head_class`);
+    it refuses maps that are not a causal softmax (row sums, upper mass)."""
 
     name = "pattern_scores"
 
-    def __init__(self, n_layers: int, n_heads: int, seq_len: int, epsilon: float, device="cpu") -> None:
+    def __init__(
+        self, n_layers: int, n_heads: int, seq_len: int, epsilon: float, device="cpu",
+        thresholds: HeadThresholds | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         L, H, T = n_layers, n_heads, seq_len
-        self.seq_len, self.epsilon = seq_len, epsilon
+        self.seq_len, self.epsilon, self.thresholds = seq_len, epsilon, thresholds  # None: the defaults at epsilon
         self.sums = {name: self.add_state(name, Sum((L, H), device)) for name in ROW_SUMS}
         self.keys = self.add_state("keys", Sum((L, H, T), device))
 
@@ -56,7 +61,8 @@ class PatternScores(Statistic):
                 row |= {k: float(v[head]) for k, v in scores.items() if k != "key_scores"}
                 learned = float(sums["learned_sink"][layer, head]) / (W * T)  # the learned-sink score, 0 without one
                 row["head_class"] = head_class(
-                    row["sink_score"], row["diag_score"], row["prev_score"], row["entropy"], self.epsilon, learned
+                    row["sink_score"], row["diag_score"], row["prev_score"], row["entropy"], self.epsilon, learned,
+                    thresholds=self.thresholds,
                 )
                 rows.append(row)
         heads = pd.DataFrame(rows)

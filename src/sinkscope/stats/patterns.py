@@ -197,10 +197,12 @@ HEAD_CLASS_THRESHOLDS = {"diagonal": HeadThresholds.diagonal, "previous-token": 
 
 
 def head_class(
-    sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3, learned_sink: float = 0.0
+    sink: float, diag: float, prev: float, entropy: float, epsilon: float = 0.3, learned_sink: float = 0.0,
+    thresholds: HeadThresholds | None = None,
 ) -> str:
-    """analyze's class of a head from its SPEC §2 scores: `classify_head` with `HeadThresholds(sink=epsilon,
-    learned_sink=epsilon)` (learned sink, sink, diagonal, previous-token, dense or mixed); `learned_sink` is the
-    head's learned-sink score (gpt-oss), 0 without one."""
-    thresholds = HeadThresholds(sink=epsilon, learned_sink=epsilon)
+    """analyze's class of a head from its SPEC §2 scores: `classify_head` with `thresholds`, by default
+    `HeadThresholds(sink=epsilon, learned_sink=epsilon)` (learned sink, sink, diagonal, previous-token, dense or
+    mixed; `AnalyzeConfig.head_thresholds` sets the others); `learned_sink` is the head's learned-sink score
+    (gpt-oss), 0 without one."""
+    thresholds = thresholds or HeadThresholds(sink=epsilon, learned_sink=epsilon)
     return classify_head(sink, diag, prev, entropy, thresholds=thresholds, learned_sink=learned_sink)

@@ -1,0 +1,84 @@
+"""How many CPU threads torch should use: the CPUs this process may run on, less the load they already carry.
+
+torch starts one thread per core. On a shared machine those threads oversubscribe the cores: every parallel step
+waits for its slowest thread, and a pass can run ten times slower than on one thread (docs/performance.md,
+Threads). `choose_threads` picks, without importing torch:
+
+    cpus  = |sched_getaffinity(0)|, capped by a cgroup CPU quota (cpu.max) where there is one
+    load  = the 1-minute load average × cpus / os.cpu_count()   (the share of the machine's load on our CPUs)
+    auto  = clamp(round(cpus − load), 1, cpus)
+
+so a quiet 2-core machine gets 2 threads and one with a busy process per core gets 1. `OMP_NUM_THREADS`, when
+set, wins over the estimate (torch reads it too).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" in µs, or "max PERIOD" for no quota
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """A thread count and the words that say where it came from (printed first by analyze, kept in run.json)."""
+
+    threads: int
+    reason: str
+
+    def line(self) -> str:
+        """'1 CPU thread (auto: ...)', as analyze's first line says it."""
+        return f"{self.threads} CPU thread{'s' if self.threads != 1 else ''} ({self.reason})"
+
+
+def usable_cpus(cpu_max: Path | None = None) -> int:
+    """The CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota (`cpu_max`, default
+    `CPU_MAX`: containers)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = (CPU_MAX if cpu_max is None else cpu_max).read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota visible: the affinity mask alone
+    return max(1, cpus)
+
+
+def auto_threads(cpus: int, load: float) -> int:
+    """`clamp(round(cpus − load), 1, cpus)`: one thread per CPU that the load leaves free (halves round up)."""
+    return max(1, min(cpus, math.floor(cpus - load + 0.5)))
+
+
+def choose_threads(requested: int | str | None = None, omp: str | None = None) -> ThreadChoice:
+    """`requested` threads (an int: `--threads N`), or with None / "auto" the module doc's estimate; `omp` is
+    `OMP_NUM_THREADS` (read from the environment when None), which an automatic choice follows when it is set."""
+    if isinstance(requested, int):
+        return ThreadChoice(requested, f"--threads {requested}")
+    omp = os.environ.get("OMP_NUM_THREADS", "") if omp is None else omp
+    if omp.strip().isdigit() and int(omp) >= 1:
+        return ThreadChoice(int(omp), f"OMP_NUM_THREADS={int(omp)}; --threads N to choose")
+    cpus = usable_cpus()
+    machine = os.cpu_count() or cpus
+    load = os.getloadavg()[0] * cpus / machine if hasattr(os, "getloadavg") else 0.0
+    threads = auto_threads(cpus, load)
+    return ThreadChoice(
+        threads,
+        f"auto: this process may use {cpus} CPU{'s' if cpus != 1 else ''}, which carry a load of {load:.1f}; "
+        "--threads N to choose",
+    )
+
+
+def parse_threads(text: str) -> int | str:
+    """`--threads` value: "auto" or a whole number (argparse type; `apply_threads` refuses one below 1)."""
+    import argparse
+
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor a whole number") from None
+    return value
