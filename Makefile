@@ -5,7 +5,7 @@ STAMP := .venv/.sinkscope-installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test install lint bench bench-quick mutants
+.PHONY: demo test install lint bench bench-quick mutants mutants-full
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv .venv
@@ -49,3 +49,10 @@ bench-quick: $(STAMP)
 # cover the statistics; not part of `make test` (docs/testing.md: what it runs, how long, how to read it).
 mutants: $(STAMP)
 	mkdir -p runs && HF_HUB_OFFLINE=1 $(PY) benchmarks/mutants.py --json runs/mutants.json
+
+# mutmut ([tool.mutmut] in pyproject.toml) over capture/, stats/, statistics/, reproduction/, pipelines/query_ablation.py
+# and pipelines/analysis.py: each mutant against the fast-tier tests that call its function; one worker, nice 10. Every
+# mutant takes hours on 2 cores: PER_UNIT=40 runs 40 seeded mutants of each unit. Not part of `make test`
+# (docs/testing.md, "Mutation tool").
+mutants-full: $(STAMP)
+	mkdir -p runs && HF_HUB_OFFLINE=1 $(PY) benchmarks/mutmut_sample.py --per-unit $(or $(PER_UNIT),0) --json runs/mutmut.json
