@@ -320,6 +320,8 @@ def projection_channels(family: Family, layout: HeadLayout, which: str) -> torch
 
     The layouts are those of `QKV_LAYOUTS`; for `per_group` the kv heads hold `group` query heads each.
     """
+    import torch
+
     H, KV, dh, group = layout.n_heads, layout.n_kv_heads, layout.head_dim, layout.group
     n = H if which == "q" else KV
     within = torch.arange(dh)
@@ -341,8 +343,6 @@ def projection_channels(family: Family, layout: HeadLayout, which: str) -> torch
 def _in_out(family: Family, module: nn.Module) -> torch.Tensor:
     """A projection's weight as (in, out): `Conv1D` stores it so, `nn.Linear` as (out, in)."""
     weight = module.weight.detach()
-    import torch
-
     return weight if family.weights_in_out else weight.T
 
 
