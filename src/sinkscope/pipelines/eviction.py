@@ -167,8 +167,12 @@ def evaluate(lm: LoadedModel, batches: Iterable[Tensor], config: EvictConfig, pr
         B, T = ids.shape
         config.check_seq_len(T)
         runs = [("full", 0, None, token_losses(lm, ids))]
+        done: dict[tuple, Tensor] = {}  # kept sets already evaluated: top-mass often equals first k (a sink)
         for policy, k, kept in kept_sets(config, column_mass(lm, ids)):
-            runs.append((policy, k, kept, token_losses(lm, ids, keep_mask(T, config.window, kept.to(lm.device)))))
+            key = tuple(map(tuple, kept.tolist()))
+            if key not in done:
+                done[key] = token_losses(lm, ids, keep_mask(T, config.window, kept.to(lm.device)))
+            runs.append((policy, k, kept, done[key]))
         for policy, k, kept, ce in runs:
             for b in range(B):
                 rows.append({
