@@ -7,6 +7,11 @@ where a statistic asks for them, the attention outputs (`capture.outputs`). The 
 layer's last block its per-window column sums (`Columns`, kept for the current batch and layer only) — and
 checks each block for non-finite values: on the device, read once per batch (a host read per layer would stall an
 accelerator 30 times a forward pass). `state_dict`, `load_state_dict` and `all_reduce` cover every statistic.
+
+The `LayerRows` of the map-free paths (and their layers' value norms) are kept until `end_batch`, then stacked
+over the layers and handed on at once: statistics that declare `stacked` take every such layer in one call of
+each event (a few tensor operations per batch instead of per layer: on an accelerator each operation is a kernel
+launch of several microseconds of host time), the others one call per layer, as before.
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ from torch import Tensor
 
 from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.layer_inputs import layer_input_hooks
-from sinkscope.capture.layer_rows import LayerRows
+from sinkscope.capture.layer_rows import LAYER_ROWS_FIELDS, LayerRows
 from sinkscope.capture.outputs import attention_output_hooks
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module
+from sinkscope.models.families import attention_module, softmax_layers
 from sinkscope.models.load import LoadedModel
 from sinkscope.statistics.state import Sum
 from sinkscope.statistics.statistic import Columns, Rows, Statistic
@@ -59,9 +64,11 @@ class Feed:
         self._columns: dict[int, Tensor] = {}
         self._diagonal: dict[int, Tensor] = {}
         self._learned_sink: dict[int, Tensor] = {}
+        self._value_norms: dict[int, Tensor] = {}  # a layer's ||v_j|| (B, KV, T) until its attention reports
+        self._deferred: list[tuple[int, LayerRows, Tensor]] = []  # map-free layers of the batch, in forward order
         self._watched_layers: set[int] = set()  # layers whose attention function must report every forward pass
         self._attended: set[int] = set()  # layers whose attention function reported in this forward pass
-        self._finite: list[tuple[int, Tensor]] = []  # (layer, per-window finiteness) of the batch, on the device
+        self._finite: list[tuple[list[int], Tensor]] = []  # (layers, their per-window finiteness), on the device
         self._in_batch = False
 
     @property
@@ -80,7 +87,8 @@ class Feed:
         with ExitStack() as stack:
             stack.enter_context(layer_input_hooks(lm, self.on_layer_input, layers))
             if self._wanting(*ATTENTION_EVENTS):
-                modules = {index: attention_module(lm.family, lm.layers[index]) for index in layers}
+                modules = {index: attention_module(lm.family, lm.layers[index]) for index in layers
+                           if index in softmax_layers(lm.family, lm.layers)}  # none in linear-attention layers
                 self._watched_layers = set(modules)
                 stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer,
                                                     self.on_learned_sink))
@@ -104,6 +112,7 @@ class Feed:
             statistic.begin_batch(ids, window_ids)
 
     def end_batch(self, batch_size: int) -> None:
+        self._flush_layers()
         self._raise_if_not_finite()
         skipped = sorted(self._watched_layers - self._attended)
         self._attended = set()
@@ -126,9 +135,17 @@ class Feed:
             statistic.on_layer_input(layer, h, z)
 
     def on_values(self, layer: int, value: Tensor) -> None:
-        """Value vectors (B, KV, T, Dv) of a layer, before its attention: their norms per query head (B, H, T)."""
+        """Value vectors (B, KV, T, Dv) of a layer, before its attention: their norms, kept until the layer's
+        attention reports (its first block, or its `LayerRows` at the end of the batch)."""
         self._attended.add(layer)
-        norms = value.float().norm(dim=-1).repeat_interleave(self.group, dim=1)
+        self._value_norms[layer] = value.float().norm(dim=-1)
+
+    def _head_norms(self, norms: Tensor) -> Tensor:
+        """Value norms (..., KV, T) per query head (..., H, T): query head h reads kv head h // group."""
+        return norms.repeat_interleave(self.group, dim=-2)
+
+    def _emit_values(self, layer: int) -> None:
+        norms = self._head_norms(self._value_norms.pop(layer))
         for statistic in self.statistics:
             statistic.on_values(layer, norms)
 
@@ -138,7 +155,9 @@ class Feed:
 
     def on_block(self, layer: int, start: int, probs: Tensor, entropy: Tensor, out: Tensor) -> None:
         """One block of queries of one layer: probs (B, H, Q, K), entropy (B, H, Q) nats, out (B, H, Q, Dv)."""
-        self._check_finite(layer, entropy.sum((1, 2)) + out.sum((1, 2, 3)))
+        if start == 0:
+            self._emit_values(layer)
+        self._check_finite([layer], (entropy.sum((1, 2)) + out.sum((1, 2, 3)))[None])
         sums, hard_sink, hard_diag = pattern_block_sums(probs, start, self.delta, entropy)
         self._fold_columns(layer, start, sums.pop("columns"), sums.pop("diagonal"))
         learned = self._learned_sink.pop(layer, None)
@@ -147,15 +166,39 @@ class Feed:
         self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1), learned))
 
     def on_layer(self, layer: int, rows: LayerRows) -> None:
-        """One layer's whole attention over the batch from the rows or fused path (`LayerRows`, no map)."""
-        self._check_finite(layer, rows.entropy.sum(1) + rows.out_norms.sum((1, 2)))
-        sums, hard_sink, hard_diag = pattern_row_sums(rows.sink, rows.diag, rows.prev, 0, self.delta)
-        # Both paths mask causally by construction (no mass above the diagonal); the rows' total mass is checked
-        # through the column sums (on the fused path the second kernel call computes them from the first's
-        # normalisers).
-        sums |= {"entropy": rows.entropy.sum(0), "row_total": rows.columns.sum((0, 2))}
-        self._fold_columns(layer, 0, rows.columns, rows.diag.double())
-        self._rows(layer, Rows(0, sums, hard_sink, hard_diag, rows.out_norms))
+        """One layer's whole attention over the batch from a map-free path (`LayerRows`): kept until `end_batch`."""
+        self._deferred.append((layer, rows, self._value_norms.pop(layer)))
+
+    def _flush_layers(self) -> None:
+        """The batch's map-free layers, stacked (L', B, H, ·): `on_values`, `on_rows` and `on_columns` once for
+        statistics that take several layers (`stacked`, with the tuple of layers), once per layer for the rest."""
+        if not self._deferred:
+            return
+        layers = tuple(layer for layer, _, _ in self._deferred)
+        stack = lambda name: torch.stack([getattr(rows, name) for _, rows, _ in self._deferred])  # noqa: E731
+        sink, diag, prev, columns, entropy, out_norms = map(stack, LAYER_ROWS_FIELDS)
+        norms = self._head_norms(torch.stack([norms for *_, norms in self._deferred]))
+        self._deferred.clear()
+        self._check_finite(list(layers), entropy.sum(-1) + out_norms.sum((-2, -1)))
+        sums, hard_sink, hard_diag = pattern_row_sums(sink, diag, prev, 0, self.delta)
+        # The map-free paths mask causally by construction (no mass above the diagonal); the rows' total mass is
+        # checked through the column sums (on the fused and flex paths a second kernel call computes them from the
+        # first's normalisers).
+        sums |= {"entropy": entropy.sum(-2), "row_total": columns.sum((-3, -1))}
+        rows, complete = Rows(0, sums, hard_sink, hard_diag, out_norms), Columns(columns, diag.double())
+        wanting = self._wanting(*ATTENTION_EVENTS)
+        for statistic in (s for s in wanting if s.stacked):
+            statistic.on_values(layers, norms)
+            statistic.on_rows(layers, rows)
+            statistic.on_columns(layers, complete)
+        one_by_one = [s for s in wanting if not s.stacked]
+        for i, layer in enumerate(layers if one_by_one else ()):
+            layer_rows = Rows(0, {k: v[i] for k, v in sums.items()}, hard_sink[i], hard_diag[i], out_norms[i])
+            layer_columns = Columns(columns[i], complete.diagonal[i])
+            for statistic in one_by_one:
+                statistic.on_values(layer, norms[i])
+                statistic.on_rows(layer, layer_rows)
+                statistic.on_columns(layer, layer_columns)
 
     def _rows(self, layer: int, rows: Rows) -> None:
         for statistic in self.statistics:
@@ -183,17 +226,19 @@ class Feed:
         for statistic in self.statistics:
             statistic.on_post_norm_output(layer, update)
 
-    def _check_finite(self, layer: int, window_sums: Tensor) -> None:
-        """NaN and ±inf survive a sum, so one sum (B,) per window checks a whole block or layer cheaply; the flags
-        stay on the device until `end_batch`."""
-        self._finite.append((layer, torch.isfinite(window_sums)))
+    def _check_finite(self, layers: list[int], window_sums: Tensor) -> None:
+        """NaN and ±inf survive a sum, so one sum per window (len(layers), B) checks whole blocks or layers
+        cheaply; the flags stay on the device until `end_batch`."""
+        self._finite.append((layers, torch.isfinite(window_sums)))
 
     def _raise_if_not_finite(self) -> None:
         """One host read per batch: the first window and layer (in forward order) with a non-finite value."""
         if not self._finite:
             return
-        layers = [layer for layer, _ in self._finite]
-        finite = torch.stack([flags for _, flags in self._finite])  # (checks, B)
+        checked = [layer for layers, _ in self._finite for layer in layers]
+        order = sorted(range(len(checked)), key=checked.__getitem__)  # forward order: blocks of a layer stay in order
+        layers = [checked[i] for i in order]
+        finite = torch.cat([flags for _, flags in self._finite])[order]  # (checks, B)
         self._finite.clear()
         if not bool(finite.all()):
             check, window = (~finite).nonzero()[0].tolist()

@@ -49,7 +49,10 @@ class Family:
     `query_norm`/`key_norm` name the QK-norms (per head: Gemma 3, Qwen 3; over all heads: OLMo-2, OLMoE), used
     where the attention module has them. `parallel`: attention and MLP read the same block input (GPT-NeoX, Phi,
     Falcon). `learned_sink` names the attention module's per-head sink logits (gpt-oss's `sinks`, passed to the
-    attention function as `s_aux`). `sdpa`: whether transformers offers an sdpa path (the model loads with eager
+    attention function as `s_aux`). `output_gate` names the projection whose output holds, per head, the query and an
+    output gate of the head's width (Qwen3-Next's `q_proj`: `[q^h | g^h]`; the head output is `σ(g^h) ⊙ Σ_j A v_j`).
+    Blocks without the `attention` module (Qwen3-Next's linear-attention layers) have no softmax map
+    (`softmax_layers`). `sdpa`: whether transformers offers an sdpa path (the model loads with eager
     attention otherwise). `unsupported` maps an analysis of `ANALYSES` to why it does not apply.
     `configure(config)` returns the fields that depend on the model's config (OPT's norm placement, Falcon's
     layouts); `family_for(model_type, config)` applies it.
@@ -73,6 +76,7 @@ class Family:
     key_norm: str = "k_norm"
     parallel: bool = False
     learned_sink: str | None = None
+    output_gate: str | None = None
     sdpa: bool = True
     unsupported: tuple[tuple[str, str], ...] = ()
     notes: str = ""
@@ -228,6 +232,17 @@ FAMILIES: tuple[Family, ...] = (
         sdpa=False,
         notes="learned sink per head (s_aux; learned_sink_* columns); mixture-of-experts MLP; sliding-window layers",
     ),
+    Family(
+        "qwen3_next",
+        ("qwen3_next",),
+        output_gate="q_proj",
+        unsupported=(
+            ("smoothing", "its linear-attention layers have no attention map to linearise"),
+            ("weights", "its query projection also holds the output gate; W_QK is not read from it"),
+            ("ablate", "head ablation is not written for its gated and linear-attention layers"),
+        ),
+        notes="output-gated full attention (gate_* columns); linear-attention layers have no softmax map (NaN rows)",
+    ),
 )
 
 REFUSED = {
@@ -294,6 +309,12 @@ def decoder_layers(family: Family, base: nn.Module) -> list[nn.Module]:
 
 def attention_module(family: Family, layer: nn.Module) -> nn.Module:
     return getattr(layer, family.attention)
+
+
+def softmax_layers(family: Family, layers: list[nn.Module]) -> list[int]:
+    """Indices of the blocks that have the family's softmax attention module (all of them except, e.g.,
+    Qwen3-Next's linear-attention layers, which have no attention map)."""
+    return [index for index, layer in enumerate(layers) if hasattr(layer, family.attention)]
 
 
 def input_norm_module(family: Family, layer: nn.Module) -> nn.Module | None:

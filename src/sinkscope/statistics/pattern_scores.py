@@ -23,6 +23,7 @@ class PatternScores(Statistic):
     it refuses maps that are not a causal softmax (row sums, upper mass)."""
 
     name = "pattern_scores"
+    stacked = True
 
     def __init__(
         self, n_layers: int, n_heads: int, seq_len: int, epsilon: float, device="cpu",
@@ -39,13 +40,14 @@ class PatternScores(Statistic):
             self.sums[name].add(value, (layer,))
 
     def on_columns(self, layer: int, columns: Columns) -> None:
-        self.keys.add(columns.columns.sum(0), (layer,))
+        self.keys.add(columns.columns.sum(-3), (layer,))
 
     def compute(self, windows: int) -> Tables:
         W, T = windows, self.seq_len
         sums = {name: state.value.cpu() for name, state in self.sums.items()} | {"keys": self.keys.value.cpu()}
         # With a learned sink (gpt-oss) each row of A sums to 1 − m_t: the sink column completes it.
-        row_error = ((sums["row_total"] + sums["learned_sink"]) / (W * T) - 1).abs().max().item()
+        seen = sums["row_total"].sum(-1) > 0  # layers without a softmax map (linear attention) have no rows
+        row_error = ((sums["row_total"] + sums["learned_sink"]) / (W * T) - 1)[seen].abs().max().item() if seen.any() else 0.0
         upper = sums["upper_mass"].max().item() / (W * T)
         if row_error > 1e-4 or upper > 1e-6:
             raise SinkscopeError(
