@@ -46,17 +46,17 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
         assert (f'href="tables/{claim.table}.csv"' in html) == written and claim.paper_claim in unescape(html)
     assert '"estimate"' not in html and "{'" not in html  # readable text, no raw JSON or dict reprs
     assert "## 6. Anchors from earlier work" in (out / "report.md").read_text()
-    for name in ("geometry", "switch", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
+    for name in ("geometry", "switch", "switch_routes", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
                  "anchors", "cost_theory"):
         assert (out / "tables" / f"{name}.csv").stat().st_size > 0
     assert first["reused"][tiny_model] == []
     stamps = section_stamps(out)
-    # 3 analyses and their 3 per-window evidence passes, certificates, ablate (zero, bos, sink queries),
-    # cost-layers, weights, theory
-    assert len(stamps) == 13
+    # 3 analyses and their 3 per-window evidence passes, the switch pass, certificates, ablate (zero, bos, sink
+    # queries), cost-layers, weights, theory
+    assert len(stamps) == 14
 
     second = reproduce(config, out)
-    assert len(second["reused"][tiny_model]) == 12 and second["section_seconds"][tiny_model] == {}
+    assert len(second["reused"][tiny_model]) == 13 and second["section_seconds"][tiny_model] == {}
     assert section_stamps(out) == stamps  # nothing recomputed
     assert json.loads((out / "verdicts.json").read_text()) == records
 

@@ -29,13 +29,13 @@ def test_graded_and_capped():
     assert verdict == P and "partly … supported" in reason
     assert v.capped(N, [S] * 50 + [N] * 50)[0] == NM
     assert v.capped(S, [S] * 99 + [N])[0] == S  # 1 % outliers stay inside the 95 % range
-    assert v.capped(S, [NM] * 10 + [S] * 90) == (S, "")  # resamples where the effect does not exist are left out
 
 
 def test_interval_is_the_percentile_bootstrap_over_units():
     values = np.random.default_rng(3).normal(1.0, 0.5, 40)
     result = v.judge("x", M, {"values": values}, lambda u, th: {"mean": float(u["values"].mean())},
-                     lambda e, th: v.graded(e["mean"], th["cut"], 0.0), {"cut": 0.2}, over="windows", seed=7)
+                     lambda e, th: v.graded(e["mean"], th["cut"], 0.0), {"cut": 0.2}, over="windows", min_units=8,
+                     seed=7)  # fmt: skip
     means = [values[idx].mean() for idx in v.bootstrap_indices(40, v.N_BOOT, 7)]
     low, high = np.percentile(means, [2.5, 97.5])
     assert result.interval["estimate"] == pytest.approx(values.mean())
@@ -50,21 +50,19 @@ def test_a_verdict_is_never_stronger_than_its_interval():
 
     def run(values):
         return v.judge("x", M, {"values": values}, lambda u, th: {"mean": float(u["values"].mean())},
-                       lambda e, th: v.graded(e["mean"], 1.0, 0.0), {}, over="windows")
+                       lambda e, th: v.graded(e["mean"], 1.0, 0.0), {}, over="windows", min_units=3)  # fmt: skip
 
     assert run(rng.normal(3.0, 0.1, 30)).verdict == S
     wide = run(np.array([-5.0, 5.0, 6.0]))  # mean 2 (supported), but resamples reach far below 0
     assert wide.verdict == NM and "too little data" in wide.reason
     one_step = run(np.array([0.8, 1.25] * 15))  # mean 1.025, s.e. 0.04: partly … supported
     assert one_step.verdict == P and "bootstrap range" in one_step.reason
-    few = run(np.array([1.0]))
-    assert few.verdict == NM and "only 1 windows" in few.reason
 
 
 def test_a_verdict_that_depends_on_a_threshold_says_so():
     def run(cut):
         return v.judge("x", M, {"values": np.full(20, 1.0)}, lambda u, th: {"mean": float(u["values"].mean())},
-                       lambda e, th: v.graded(e["mean"], th["cut"], 0.0), {"cut": cut}, over="windows")
+                       lambda e, th: v.graded(e["mean"], th["cut"], 0.0), {"cut": cut}, over="windows", min_units=8)
 
     assert run(0.4).verdict == S  # 0.2 and 0.8 still below 1
     moved = run(0.7)  # doubled, 1.4 > 1: partly at double the cut
@@ -74,7 +72,7 @@ def test_a_verdict_that_depends_on_a_threshold_says_so():
 
 def test_descriptive_and_exact_claims():
     desc = v.judge("x", M, {"values": np.arange(5.0)}, lambda u, th: {"max": float(u["values"].max())},
-                   lambda e, th: S, {}, over="windows", descriptive=True)
+                   lambda e, th: S, {}, over="windows", min_units=2, descriptive=True)
     assert desc.verdict == D and desc.interval["estimate"] == 4.0 and desc.sensitivity == []
     exact = v.judge("x", M, {}, lambda u, th: {"e": 0.5}, lambda e, th: v.graded(e["e"], th["cut"], 0.1),
                     {"cut": 0.4}, over="closed form")
@@ -83,7 +81,7 @@ def test_descriptive_and_exact_claims():
 
 
 def test_records_are_json_ready_and_carry_the_claim_text():
-    record = c.with_claim_text(c.switch_verdict(M, np.zeros((4, 3, 3, 4))).to_dict())
+    record = c.with_claim_text(c.switch_verdict(M, np.zeros((8, 3, len(c.TAU_CURVE), 4))).to_dict())
     assert json.loads(json.dumps(record)) == record
     assert {"paper_claim", "test", "why_strongest", "control", "table", "interval", "sensitivity"} <= set(record)
     with pytest.raises(ValueError):
@@ -100,96 +98,160 @@ def test_middle_layers():
 
 
 def test_geometry():
-    W, L, tokens = 6, 9, 10  # middle layers 2..6
+    W, L, tokens = 8, 9, 10  # middle layers 2..6
     full, none = np.full((W, L), tokens), np.zeros((W, L))
     some = np.zeros((W, L))
     some[:, [2, 3]] = tokens  # 2 of 5 middle layers hold
-    result = c.geometry_verdict(M, full, none, tokens)
-    assert result.verdict == S and result.evidence["control_layers_holding"] == 0.0
-    assert verdicts(c.geometry_verdict(M, some, none, tokens), c.geometry_verdict(M, none, none, tokens),
-                    c.geometry_verdict(M, np.zeros((W, 0)), none, tokens)) == [P, N, NM]
+
+    def run(z, h, control=none):
+        return c.geometry_verdict(M, {"z": z, "z_control": control, "h": h, "h_control": none}, tokens)
+
+    result = run(full, full)
+    assert result.verdict == S and result.evidence["control_layers_holding_z"] == 0.0
+    # h alone holding is partly; a layer where the random token holds too does not count (z here)
+    assert verdicts(run(some, some), run(full, none), run(none, none), run(full, full, control=full)) == [P, P, N, P]
+    assert c.geometry_verdict(M, {}, tokens).verdict == NM
+    # The middle band is a threshold: holding layers 1..3 only is supported at a band of depth 0.1 … 0.4? no —
+    # the band moves with middle_margin, and the sensitivity records it.
+    assert {r["threshold"] for r in result.sensitivity} >= {"middle_margin"}
 
 
 def test_representability():
-    def layers(h2, gamma2, control, n=100):
-        return [{"layer": i, "n_contexts": n, "h1": True, "h2": h2, "gamma2": gamma2, "control_gamma2_max": control}
-                for i in range(5)]
+    def layers(h2, bos, n=100, controls=20, count=5):
+        return [{"layer": i, "n_contexts": n, "h1": True, "h2": h2, "gamma2_rel": bos,
+                 "control_gamma2_rel": list(np.linspace(0.1, 0.3, controls))} for i in range(count)]  # fmt: skip
 
+    result = c.representability_verdict(M, layers(True, 0.5), width=10)
+    assert result.verdict == S and result.evidence["bos_rank"] == [1] * 5
     assert verdicts(
-        c.representability_verdict(M, layers(True, 0.5, 0.1), width=10),
-        c.representability_verdict(M, layers(True, 0.05, 0.1), width=10),  # passes, but no better than random tokens
-        c.representability_verdict(M, layers(False, 0.0, 0.1), width=10),
-        c.representability_verdict(M, layers(True, 0.5, 0.1, n=10), width=10),
+        c.representability_verdict(M, layers(True, 0.2), width=10),  # passes, but no better than random tokens
+        c.representability_verdict(M, layers(False, 0.0), width=10),
+        c.representability_verdict(M, layers(True, 0.5, n=10), width=10),
+        c.representability_verdict(M, layers(True, 0.5, controls=3), width=10),
+        c.representability_verdict(M, layers(True, 0.5, count=3), width=10),
         c.representability_verdict(M, [], width=10),
-    ) == [S, P, N, NM, NM]
-    assert "not larger than the model width" in c.representability_verdict(M, layers(True, 1, 0, n=8), 10).reason
+    ) == [P, N, NM, NM, NM, NM]
+    assert "not larger than the model width" in c.representability_verdict(M, layers(True, 1, n=8), 10).reason
+    assert c.representability_verdict(M, layers(True, 0.5, controls=3), 10).reason.startswith("too few control")
 
 
 def test_oversmoothing():
-    ones, zeros = np.ones(50, bool), np.zeros(50, bool)
-    tenth = np.arange(50) < 5
+    layers = np.repeat(np.arange(5), 10)
+    rise, flat = np.full(50, 0.1), np.zeros(50)
+    tenth = np.where(np.arange(50) % 10 == 0, 0.1, 0.0)
+    dense = np.ones(50, bool)
+    result = c.oversmoothing_verdict(M, rise, dense, layers)
+    assert result.verdict == S and result.interval["over"] == "heads (within strata)"
     assert verdicts(
-        c.oversmoothing_verdict(M, ones, ones),
-        c.oversmoothing_verdict(M, zeros, ones),
-        c.oversmoothing_verdict(M, tenth, tenth),
-        c.oversmoothing_verdict(M, [], []),
-    ) == [S, P, N, NM]
+        c.oversmoothing_verdict(M, np.where(np.arange(50) % 10 < 6, 0.1, 0.0), dense, layers),
+        c.oversmoothing_verdict(M, tenth, dense, layers),
+        c.oversmoothing_verdict(M, flat, dense, layers),  # the predictor says "smooths": it does not decide
+        c.oversmoothing_verdict(M, rise[:5], dense[:5], layers[:5]),
+    ) == [P, N, N, NM]
 
 
-def switch_counts(off_sink, off_nosink, on_sink, on_nosink, W=5):
-    return np.tile(np.array([off_sink, off_nosink, on_sink, on_nosink], float), (W, 3, 3, 1))
+def switch_curve(at_tau, W=8):
+    """Per-window counts (W, 3, K, 4): `at_tau(k)` gives the 2×2 at τ index k (same at every δ scale)."""
+    counts = np.zeros((W, 3, len(c.TAU_CURVE), 4))
+    for k in range(len(c.TAU_CURVE)):
+        counts[:, :, k] = at_tau(k)
+    return counts
 
 
 def test_switch():
-    result = c.switch_verdict(M, switch_counts(10, 0, 0, 20))
-    assert result.verdict == S and result.evidence["p_sink_given_off"] == 1.0
-    assert result.evidence["p_off_given_nosink"] == 0.0  # the control row
+    # Small τ: every off query sinks but few sinks are off; large τ: the reverse. At τ index 4 both hold.
+    def crossing(k):
+        return [10, 0, 0, 20] if k == 4 else [2, 0, 8, 20] if k < 4 else [10, 8, 0, 12]
+
+    result = c.switch_verdict(M, switch_curve(crossing))
+    assert result.verdict == S and result.evidence["tau_best"] == c.TAU_CURVE[4]
+    assert result.evidence["p_off_given_nosink_at_best"] == 0.0  # the control
     assert verdicts(
-        c.switch_verdict(M, switch_counts(6, 4, 6, 20)),
-        c.switch_verdict(M, switch_counts(1, 9, 9, 20)),
-        c.switch_verdict(M, switch_counts(0, 0, 5, 10)),
+        c.switch_verdict(M, switch_curve(lambda k: [6, 4, 4, 20])),  # 0.6 both ways at every τ
+        c.switch_verdict(M, switch_curve(lambda k: [1, 9, 9, 20])),
+        c.switch_verdict(M, switch_curve(lambda k: [0, 0, 5, 10])),
     ) == [P, N, NM]
-    # The δ axis: at twice δ every switched-off query is a hard sink and vice versa; at δ it is not.
-    counts = switch_counts(1, 9, 9, 20)
-    counts[:, 2] = [10, 0, 0, 20]
+    # The δ axis: at twice δ the crossing point holds, at δ it does not.
+    counts = switch_curve(lambda k: [6, 4, 4, 20])
+    counts[:, 2] = switch_curve(crossing)[:, 2]
     moved = c.switch_verdict(M, counts)
     assert moved.verdict == P and "depends on delta" in moved.reason
-    assert {(r["threshold"], r["scale"]): r["verdict"] for r in moved.sensitivity}[("delta", 2.0)] == S
-    # One δ pass (--quick): the same verdict from the δ × 1 tables, δ itself not varied.
-    single = c.switch_verdict(M, switch_counts(10, 0, 0, 20)[:, 1:2])
-    assert single.verdict == S and "delta" not in {r["threshold"] for r in single.sensitivity}
+    # One δ pass (--quick): δ cannot be varied; its sensitivity records say not measurable.
+    single = c.switch_verdict(M, switch_curve(crossing)[:, 1:2])
+    assert single.verdict == S and {r["verdict"] for r in single.sensitivity if r["threshold"] == "delta"} == {NM}
 
 
-def test_value_drain_between_kv_groups():
-    W = 6
-    hard = np.array([0.9] * 4 + [0.0] * 4)
+def test_switch_routes():
+    names, sinks = ["bos_sink", "cancellation", "bos_partial", "self", "low"], [True, False, True, False, False]
+
+    def counts(row, W=8):
+        out = np.zeros((W, 3, 3, 6))
+        out[...] = row
+        return out
+
+    result = c.switch_routes_verdict(M, counts([95, 2, 3, 0, 0, 0]), names, sinks)
+    assert result.verdict == S and result.evidence["non_bos_route_frac"] == pytest.approx(0.02)
+    assert result.evidence["non_bos_among_non_hard_sink"] == pytest.approx(0.4)
+    assert verdicts(
+        c.switch_routes_verdict(M, counts([60, 20, 0, 20, 0, 0]), names, sinks),
+        c.switch_routes_verdict(M, counts([10, 60, 0, 20, 10, 0]), names, sinks),
+        c.switch_routes_verdict(M, counts([0, 0, 0, 0, 0, 0]), names, sinks),
+    ) == [P, N, NM]
+
+
+def test_value_drain_by_rank_correlation():
+    W, L, KV, H = 8, 4, 3, 6
+    rng = np.random.default_rng(0)
+    hard = np.zeros((W, L, H))
+    hard[:, :, 0] = 60
 
     def drains(sink, other):
-        return np.tile(np.array([sink] * 4 + [other] * 4, float), (W, 1))
+        out = np.full((W, L, KV), other) + rng.normal(0, 0.01, (W, L, KV))
+        out[:, :, 0] = sink
+        return out
 
-    result = c.value_drain_verdict(M, drains(0.1, 1.0), hard)
-    assert result.verdict == S and result.evidence["p_value"] < 0.05 and result.evidence["median_sink_groups"] == pytest.approx(0.1)
+    result = c.value_drain_verdict(M, drains(0.1, 1.0), hard, 63)
+    assert result.verdict == S and result.evidence["rho_all_groups"] < -0.5
+    assert result.evidence["median_drain_sink_groups"] == pytest.approx(0.1)
     assert verdicts(
-        c.value_drain_verdict(M, drains(0.8, 1.0), hard),
-        c.value_drain_verdict(M, drains(1.5, 1.0), hard),
-        c.value_drain_verdict(M, drains(0.1, 1.0), np.array([0.9] + [0.0] * 7)),  # one sink group: no test
+        c.value_drain_verdict(M, drains(0.8, 1.0), hard, 63),  # ranks agree, drain not small
+        c.value_drain_verdict(M, drains(1.5, 1.0), hard, 63),
+        c.value_drain_verdict(M, drains(0.1, 1.0), np.zeros((W, L, H)), 63),  # no head sinks: no spread
     ) == [P, N, NM]
+    # One KV group per layer (Gemma-3): no within-layer correlation, still measurable.
+    single = c.value_drain_verdict(M, drains(0.1, 1.0)[:, :, :1] * np.arange(L, 0, -1)[None, :, None],
+                                   np.repeat(np.arange(L)[None, :, None] * 10.0, W, 0), 63)  # fmt: skip
+    assert single.verdict == P and math.isnan(single.evidence["rho_within_layers"])
 
 
 def test_mlp_like_is_descriptive():
-    result = c.mlp_like_verdict(M, np.array([[1.0, 5.0]] * 4), queries=10)
+    result = c.mlp_like_verdict(M, np.array([[1.0, 5.0]] * 8), queries=10)
     assert result.verdict == D and result.evidence["max_layer_frac"] == 0.5 and result.interval["estimate"] == 0.5
     assert c.mlp_like_verdict(M, np.zeros((0, 0)), 10).verdict == NM
 
 
-def test_ablation():
-    randoms = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]
+def test_sink_ablation_against_both_controls():
+    rng = np.random.default_rng(0)
+    W, D = 8, 20
+    control = 1 + rng.normal(0, 0.05, (W, D))
+    result = c.sink_ablation_verdict(M, np.full(W, 0.1), control, control * 2)
+    assert result.verdict == S and result.evidence["ratio_same_heads"] == pytest.approx(0.1, rel=0.05)
+    assert result.interval["over"] == "windows × draws"
     assert verdicts(
-        c.ablation_verdict("sink_ablation", M, 0.1, randoms),
-        c.ablation_verdict("sink_ablation", M, 0.75, randoms),
-        c.ablation_verdict("sink_ablation", M, 3.0, randoms),
-        c.ablation_verdict("sink_ablation", M, 0.1, [-0.1, -0.2]),
-        c.ablation_verdict("sink_ablation", M, 0.5, [0.1, 5.0]),  # two draws far apart: noise decides
+        c.sink_ablation_verdict(M, np.full(W, 0.7), control, control * 5),  # the larger ratio decides
+        c.sink_ablation_verdict(M, np.full(W, 3.0), control, control),
+        c.sink_ablation_verdict(M, np.full(W, 0.1), -control, control),  # the same-heads control lowers the loss
+    ) == [P, N, NM]
+
+
+def test_dormant_ablation():
+    randoms = list(1 + np.random.default_rng(0).normal(0, 0.05, 20))
+    assert verdicts(
+        c.ablation_verdict("dormant_heads", M, 0.1, randoms),
+        c.ablation_verdict("dormant_heads", M, 0.75, randoms),
+        c.ablation_verdict("dormant_heads", M, 3.0, randoms),
+        c.ablation_verdict("dormant_heads", M, 0.1, [-0.1] * 20),
+        c.ablation_verdict("dormant_heads", M, 0.1, randoms[:8]),  # too few draws
     ) == [S, P, N, NM, NM]
     assert c.ablation_verdict("dormant_heads", M, 0.1, randoms).interval["over"] == "random draws"
 
@@ -206,13 +268,14 @@ def test_cost_claims():
         c.cost_closed_forms_verdict(M, 1.0, 0.5, 1e-9),
         c.cost_closed_forms_verdict(M, math.nan, 1.0, 0.0),
     ) == [S, P, N, NM]
-    n = 200
+    Ts = [8, 16, 32]
     assert verdicts(
-        c.cost_real_verdict(M, [1.0] * n, [10.0] * n),
-        c.cost_real_verdict(M, [1.0] * n, [10.0] * 130 + [0.5] * 70),
-        c.cost_real_verdict(M, [1.0] * n, [0.5] * n),
-        c.cost_real_verdict(M, [math.inf] * n, [math.inf] * n),
-    ) == [S, P, N, NM]
+        c.cost_real_verdict(M, np.ones((6, 3)), Ts),
+        c.cost_real_verdict(M, np.tile([1.0, 1.0, 0.0], (6, 1)), Ts),  # one T loses everywhere
+        c.cost_real_verdict(M, np.zeros((6, 3)), Ts),
+        c.cost_real_verdict(M, np.zeros((0, 0)), Ts),
+        c.cost_real_verdict(M, np.ones((2, 3)), Ts),  # too few windows
+    ) == [S, P, N, NM, NM]
 
 
 def test_regimes_as_the_paper_states_them():
@@ -228,15 +291,26 @@ def test_regimes_as_the_paper_states_them():
         S, N, NM]
 
 
-def test_weights():
+def test_weights_within_layers():
     rng = np.random.default_rng(0)
-    low, high = rng.normal(1, 0.1, 20), rng.normal(2, 0.1, 20)
+    layers = np.repeat(np.arange(4), 10)
+    sink = np.tile(np.r_[np.ones(5), np.zeros(5)], 4).astype(bool)
+
+    def values(sink_value, other_value):
+        return np.where(sink, sink_value, other_value) + rng.normal(0, 0.05, 40)
+
+    def run(claim, data, flags=sink):
+        return c.weights_verdict(claim, M, data, flags, layers)
+
     assert verdicts(
-        c.weights_verdict("weights_low_rank", M, low, high, sink_lower=True),
-        c.weights_verdict("weights_low_rank", M, high - 0.01, high, sink_lower=True),  # ordered, not significant
-        c.weights_verdict("weights_bos_alignment", M, low, high, sink_lower=False),
-        c.weights_verdict("weights_bos_alignment", M, [1.0, 2.0], high, sink_lower=False),
-    ) == [S, P, N, NM]
+        run("weights_low_rank", values(0.9, 4.0)),  # lower within layers and within rank_max × ½ of rank 1
+        run("weights_low_rank", values(50.0, 55.0)),  # lower, far from rank 1
+        run("weights_low_rank", values(55.0, 50.0)),
+        run("weights_bos_alignment", values(0.9, 0.1)),
+        run("weights_bos_alignment", values(0.1, 0.05)),  # higher, far from a rank-1 reading
+        run("weights_bos_alignment", values(0.9, 0.1), flags=layers < 2),  # no layer holds both classes
+    ) == [S, P, N, S, P, NM]
+    assert run("weights_low_rank", values(0.9, 4.0)).evidence["p_value_within_layers"] < 0.01
 
 
 def test_gu_sink_rate():
@@ -244,7 +318,7 @@ def test_gu_sink_rate():
     high, low = np.full((W, L, H), 0.9), np.full((W, L, H), 0.01)
     assert verdicts(
         c.gu_sink_rate_verdict(M, {"natural": high, "random": high, "repeat": high}),
-        c.gu_sink_rate_verdict(M, {"natural": high, "random": low, "repeat": high[:2]}),
+        c.gu_sink_rate_verdict(M, {"natural": high, "random": low, "repeat": high}),
         c.gu_sink_rate_verdict(M, {"natural": low, "random": low, "repeat": low}),
         c.gu_sink_rate_verdict(M, {"natural": high}),
     ) == [S, P, N, NM]

@@ -1,20 +1,29 @@
-"""The paper's claims, each as the paper states it, the strongest fair test of it, its control, and a verdict
-function: plain numbers in (no model, no I/O), a `Verdict` out by the steps of `reproduction.verdicts`
-(decision, bootstrap interval, threshold sensitivity).
+"""Each claim's decision: plain numbers in (no model, no I/O), a `Verdict` out by the steps of
+`reproduction.verdicts` (stated minimum of units, decision on effect sizes, bootstrap over the right unit, every
+threshold varied). The claims' words, tests and controls are in `reproduction.claim_texts`.
 
 Thresholds are ours (the paper states its findings in words: "non-positive", "rarely met", "favoured"); each
 is reported beside the verdict with the verdicts at half and double it (fractions on the odds scale,
-`reproduction.verdicts`; docs/reproduction.md).
+`reproduction.verdicts`; docs/reproduction.md lists them per claim). Thresholds fixed by a measurement (the δ
+that picks an ablation's sink queries, the 10 % head fraction, the number of controls, the costs' T) cannot be
+re-decided from the same numbers; `MEASURED_AT` names them and the docs say so.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from sinkscope.reproduction.claim_texts import CLAIMS, SECTION_OF, with_claim_text
+from sinkscope.reproduction.strata import (
+    rowwise_spearman,
+    spearman,
+    stratified_difference,
+    within_layer_permutation_p,
+)
 from sinkscope.reproduction.verdicts import (
     DESCRIPTIVE,
     NOT_MEASURABLE,
@@ -25,140 +34,27 @@ from sinkscope.reproduction.verdicts import (
     Verdict,
     graded,
     judge,
+    too_few,
 )
 
-__all__ = ["CLAIMS", "DESCRIPTIVE", "NOT_MEASURABLE", "NOT_SUPPORTED", "PARTLY", "SUPPORTED", "VERDICTS", "Verdict"]
+__all__ = ["CLAIMS", "DESCRIPTIVE", "NOT_MEASURABLE", "NOT_SUPPORTED", "PARTLY", "SECTION_OF", "SUPPORTED",
+           "VERDICTS", "Verdict", "with_claim_text"]  # fmt: skip
 
+MIN_WINDOWS = 8  # windows a per-window verdict needs
+MIN_DRAWS = 20  # random draws an ablation's control needs
+MIN_HEADS = 20  # heads a per-head fraction needs
+MIN_LAYERS = 4  # middle layers the certificates need
+MIN_CONTROLS = 20  # random context tokens the certificates need
+MIN_STRATA = 2  # layers holding both head classes a within-layer comparison needs
+MIN_COST_WINDOWS = 4  # windows of exact cost programs (each layer × T is a convex program)
 
-@dataclass(frozen=True)
-class Claim:
-    """One claim: its report section, the paper's words, the operational test and why it is the strongest fair
-    one, the control, and the evidence table (tables/NAME.csv) it is computed from."""
-
-    section: int
-    paper_claim: str
-    test: str
-    why: str
-    control: str
-    table: str
-
-
-CLAIMS: dict[str, Claim] = {
-    "geometry": Claim(
-        1, "In middle layers, the cosine similarity between BOS and all other tokens is non-positive, satisfying "
-        "the condition that allows any attention head to produce a sink pattern.",
-        "per middle layer (depth ¼ … ¾), the fraction of context tokens with cos(z_0, z_t) ≤ 0 on the attention "
-        "input z, pooled over windows; a layer holds when at most `positive_token_tol` of them are positive",
-        "the claim is about every token's cosine with BOS in the representation the heads read, so it is "
-        "tested on that representation, token by token",
-        "the same fraction with a random context token z_r in place of BOS", "geometry"),
-    "representability": Claim(
-        1, "A group of tokens can attend exclusively to a sink token when the context embeddings and the "
-        "vectors z_0 − z_i lie in half-spaces.",
-        "the exact half-space certificates (H1: 0 ∉ conv{z_t}, H2: z_0 ∉ conv{z_t}) on a sample of unit "
-        "context inputs larger than the model width, per middle layer",
-        "below the width any point is outside the hull of the others and the test has no power; above it, "
-        "H2 for BOS is a real constraint",
-        "H2 for random context tokens against the other contexts (γ₂ of BOS must exceed theirs)", "certificates"),
-    "oversmoothing": Claim(
-        2, "In practice, these counteracting conditions are rarely met. In most heads of trained LLMs, "
-        "increasing attention density leads to an increase in token cosine similarity (oversmoothing).",
-        "per head, the measured-moment predictor (2b + c > 0 from the captured attention inputs) and the "
-        "observed rise of the mean pairwise cosine from λ = 0 to 1",
-        "the measured-moment predictor has no linearisation error (massive activations break the linearised "
-        "one), and the observed curve is the phenomenon itself",
-        "λ = 0 (identity attention): the cosine the head's skip path gives without mixing", "heads"),
-    "switch": Claim(
-        3, "Under mild geometric assumptions (verified in pretrained LLMs), a head implements a hard attention "
-        "switch if and only if it implements an attention sink.",
-        "pooled 2×2 table of queries × heads: switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖) × hard sink "
-        "(A[t,0] ≥ 1 − δ); both P(sink | off) and P(off | sink)",
-        "an 'if and only if' needs both directions, on the same queries, with the visible keys of each query",
-        "P(off | no sink): how often queries that do not sink are switched off", "switch"),
-    "value_drain": Claim(
-        3, "A sink's value state is small (Guo et al. 2024): ‖v_0‖ is well below the other tokens' values on "
-        "sink heads.",
-        "value drain ‖v_0‖ / mean_{j≥1} ‖v_j‖ per key/value group (values are shared within a group), groups "
-        "with a hard-sink head vs the other groups, one-sided Mann-Whitney",
-        "drain is a property of a value head, so the unit is the KV group; a between-group test says whether "
-        "sinking goes with a small v_0 beyond what all groups show",
-        "KV groups without a sink head", "value_drain"),
-    "mlp_like": Claim(
-        3, "Attention layers act like MLPs when token communication is not necessary.",
-        "per layer, the fraction of queries on which every head is hard-sink or hard-diagonal",
-        "the paper states a condition (when communication is not needed), not how often it happens: measured, "
-        "not judged",
-        "none (descriptive)", "geometry"),
-    "sink_ablation": Claim(
-        3, "A hard attention switch is a head whose output on a fraction of tokens is identically zero; a head "
-        "implements it if and only if it implements an attention sink.",
-        "zero the 10 % most hard-sink heads only on their sink queries (A[t,0] ≥ 1 − δ in the clean model), "
-        "Δloss vs matched random head-and-query sets",
-        "the claim is about the queries where a head sinks; zeroing it everywhere also removes what it does "
-        "elsewhere, and matching heads and query counts fixes what removing that many outputs costs",
-        "random heads, each zeroed on as many random queries per window (many draws; the interval is over draws)",
-        "ablation"),
-    "sink_ablation_bos": Claim(
-        3, "The only geometrically viable solution to 'switch off' a head is to attend fully to the BOS token "
-        "(the sink).",
-        "the 10 % most hard-sink heads' attention moved to BOS on every query, Δloss vs random head sets",
-        "this keeps what a sinking head really outputs (v_0) and removes only its other queries' mixing",
-        "random head sets of the same size (many draws; the interval is over draws)", "ablation"),
-    "cost_closed_forms": Claim(
-        4, "Sink cost scales with κ√T (low-rank structure); diagonal cost scales with κT (full-rank structure).",
-        "exponent of the nuclear cost ~ T^a on orthonormal embeddings (closed forms, T = 64 … 1024) and the "
-        "exact convex programs beside the closed forms at small T",
-        "the claim is a scaling law; the exact programs check the closed forms it rests on",
-        "the diagonal pattern on the same embeddings", "cost_theory"),
-    "cost_real_layers": Claim(
-        4, "Sinks are provably cheaper to represent than diagonal patterns across a wide range of "
-        "hyperparameters and context lengths.",
-        "exact nuclear costs (κ = 1) of the sink and the diagonal pattern on each layer's unit attention inputs",
-        "the claim is about costs; the model's own inputs are the geometry the model faces",
-        "the diagonal pattern on the same inputs", "cost_layers"),
-    "bigram_backcopy_regimes": Claim(
-        4, "For typical backcopy tasks sinks incur lower parameter costs, so a model learns a sink when BOS is "
-        "available.",
-        "per initialisation, the switch head's BOS mass on non-trigger queries of bigram-backcopy models "
-        "trained with BOS (3 seeds); the diagonal without BOS is our addition, reported, not judged",
-        "training from scratch is the only way to see which mechanism is learned; the init is part of the "
-        "setting (docs/experiments.md)", "the same models trained without BOS", "regime_cells"),
-    "weights_low_rank": Claim(
-        5, "A sink is the low-rank solution: its W_QK needs rank 1 (the cost theory's rank-1 sink).",
-        "effective rank of W_QK at relative offset 0, sink heads (head class sink) vs the others, one-sided "
-        "Mann-Whitney",
-        "rank is what the cost theory predicts; offset 0 is the position-free form",
-        "non-sink heads of the same model", "weights"),
-    "weights_bos_alignment": Claim(
-        5, "A sink is realised by a rank-1 W_QK reading queries along the contexts' shared direction p̂ and keys "
-        "along the BOS-separating direction q̂.",
-        "|p̂ W_QK(Δ) q̂ᵀ| / σ₁ averaged over the RoPE offsets Δ = 1 … T−1 at which queries see BOS, with p̂, q̂ "
-        "the layer's half-space certificate directions; sink heads vs the others, one-sided Mann-Whitney",
-        "p̂ and q̂ are the directions of the theory's rank-1 construction, and the BOS key is only ever scored "
-        "at offsets t ≥ 1",
-        "non-sink heads of the same layers", "weights"),
-    "gu_sink_rate": Claim(
-        6, "Gu et al. 2025: the sink appears on natural text, random tokens and repeated tokens.",
-        "Gu et al.'s sink rate (per window, ε = 0.3, T = 64) on builtin:prose, builtin:random, builtin:repeat",
-        "the same statistic and settings as the paper it comes from", "random and repeated tokens are the "
-        "controls of the claim itself", "anchors"),
-    "dormant_heads": Claim(
-        6, "Sandoval-Segura et al. 2025: dormant heads (low AHON-LN) can be zeroed at much less cost than "
-        "random heads.",
-        "zero the 10 % lowest-AHON-LN heads, Δloss vs random head sets; the fraction of dormant heads is given "
-        "as a curve over the AHON-LN threshold",
-        "the ablation is the paper's own test; a curve avoids one arbitrary dormancy cut",
-        "random head sets of the same size (many draws)", "ablation"),
+MEASURED_AT = {
+    "sink_ablation": "δ = 0.1 (sink queries) and the 10 % head fraction: fixed by the ablation pass",
+    "dormant_heads": "the 10 % head fraction: fixed by the ablation pass",
+    "representability": "the number of controls and the certificate sample: fixed by the certificate pass",
+    "cost_real_layers": "T = 8, 16, 32 and the layer stride: every T measured is reported",
+    "weights_low_rank": "ε = 0.3 of the head class sink: fixed by the analysis (weights_bos_alignment too)",
 }
-
-SECTION_OF = {claim: spec.section for claim, spec in CLAIMS.items()}
-
-
-def with_claim_text(record: dict) -> dict:
-    """A `Verdict.to_dict()` with the claim's words, test, why, control and table added."""
-    spec = CLAIMS[record["claim"]]
-    return record | {"paper_claim": spec.paper_claim, "test": spec.test, "why_strongest": spec.why,
-                     "control": spec.control, "table": spec.table}  # fmt: skip
 
 
 def _finite(values: Sequence[float]) -> np.ndarray:
@@ -180,178 +76,242 @@ def _ratio(a: float, b: float) -> float:
 
 # --- section 1 ---------------------------------------------------------------------------------------------
 
-GEOMETRY = {"positive_token_tol": 0.05, "failing_layer_tol": 0.2, "partly_layer_frac": 0.2}
+GEOMETRY = {"positive_token_tol": 0.05, "failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "middle_margin": 0.25}
 
 
-def geometry_verdict(model: str, nonpos: np.ndarray, control: np.ndarray, tokens: int, seed: int = 0) -> Verdict:
-    """Claim `geometry` from per-window counts (W, L) of tokens with cos ≤ 0 (BOS; `control`: a random context
-    token, over `tokens - 1` others) out of `tokens` per window. A middle layer holds when its pooled fraction is
-    ≥ 1 − `positive_token_tol`; supported when ≥ 1 − `failing_layer_tol` of middle layers hold, partly when
-    ≥ `partly_layer_frac` do."""
-    nonpos, control = np.asarray(nonpos, float), np.asarray(control, float)
-    middle = middle_layers(nonpos.shape[1]) if nonpos.ndim == 2 else []
+def geometry_verdict(model: str, counts: Mapping[str, np.ndarray], tokens: int, seed: int = 0) -> Verdict:
+    """Claim `geometry` from per-window counts (W, L) of tokens with cos ≤ 0: `z`, `h` (BOS against the `tokens`
+    others, on the attention input and the residual stream) and `z_control`, `h_control` (a random context token
+    against `tokens - 1` others). A layer holds when BOS's pooled fraction is ≥ 1 − `positive_token_tol` and
+    the control's is not. Effect: the share of middle layers (depth `middle_margin` … 1 − `middle_margin`)
+    holding, the smaller of z and h. Supported: ≥ 1 − `failing_layer_tol`; partly: z or h ≥ `partly_layer_frac`.
+    Interval over windows."""
+    units = {name: np.asarray(value, float) for name, value in counts.items()}
+    reps = [rep for rep in ("z", "h") if rep in units]
+    if not reps or units[reps[0]].ndim != 2:
+        return Verdict("geometry", model, NOT_MEASURABLE, {}, GEOMETRY, "no per-window BOS cosines")
 
-    def effects(units, th):
-        frac = units["bos"].sum(0)[middle] / (len(units["bos"]) * tokens)
-        ctrl = units["control"].sum(0)[middle] / (len(units["control"]) * (tokens - 1))
-        return {"middle_layers_holding": float((frac >= 1 - th["positive_token_tol"]).mean()),
-                "control_layers_holding": float((ctrl >= 1 - th["positive_token_tol"]).mean()),
-                "middle_mean_nonpos_frac": float(frac.mean()), "control_mean_nonpos_frac": float(ctrl.mean())}
+    def effects(u, th):
+        L = u[reps[0]].shape[1]
+        middle = middle_layers(L, th["middle_margin"], 1 - th["middle_margin"])
+        out = {}
+        for rep in reps:
+            frac = u[rep].sum(0) / (len(u[rep]) * tokens)
+            ctrl = u[f"{rep}_control"].sum(0) / (len(u[rep]) * (tokens - 1))
+            holds = (frac >= 1 - th["positive_token_tol"]) & ~(ctrl >= 1 - th["positive_token_tol"])
+            out |= {f"middle_layers_holding_{rep}": float(holds[middle].mean()),
+                    f"all_layers_holding_{rep}": float(holds.mean()),
+                    f"control_layers_holding_{rep}": float((ctrl[middle] >= 1 - th["positive_token_tol"]).mean()),
+                    f"middle_mean_nonpos_frac_{rep}": float(frac[middle].mean())}  # fmt: skip
+        shares = [out[f"middle_layers_holding_{rep}"] for rep in reps]
+        return {"middle_layers_holding": min(shares), "middle_layers_holding_best": max(shares), **out}
 
     def decide(e, th):
-        return graded(e["middle_layers_holding"], 1 - th["failing_layer_tol"], th["partly_layer_frac"])
+        if e["middle_layers_holding"] >= 1 - th["failing_layer_tol"]:
+            return SUPPORTED
+        return PARTLY if e["middle_layers_holding_best"] >= th["partly_layer_frac"] else NOT_SUPPORTED
 
-    units = {"bos": nonpos, "control": control} if middle else {}
-    if not middle:
-        return Verdict("geometry", model, NOT_MEASURABLE, {}, GEOMETRY, "no per-window BOS cosines")
-    return judge("geometry", model, units, effects, decide, GEOMETRY, over="windows", seed=seed, fractions=tuple(GEOMETRY),
-                 evidence={"middle_layers": middle})  # fmt: skip
-
-
-REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2}
+    return judge("geometry", model, units, effects, decide, GEOMETRY, over="windows", min_units=MIN_WINDOWS,
+                 seed=seed, fractions=tuple(GEOMETRY), evidence={"representations": reps})  # fmt: skip
 
 
-def representability_verdict(model: str, layers: Sequence[Mapping], width: int) -> Verdict:
-    """Claim `representability` from per-middle-layer certificates `{layer, n_contexts, h1, h2, gamma2,
-    control_gamma2_max}` on samples larger than the model `width`. Supported: H1 and H2 hold and BOS's γ₂
-    exceeds every control token's in ≥ 1 − `failing_layer_tol` of the layers; partly: H1 and H2 hold in
-    ≥ `partly_layer_frac` of them (BOS then passes a test random tokens pass too); else not supported."""
+REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95}
+
+
+def representability_verdict(model: str, layers: Sequence[Mapping], width: int, seed: int = 0) -> Verdict:
+    """Claim `representability` from per-middle-layer certificates on raw inputs `{layer, n_contexts, h1, h2,
+    gamma2_rel, control_gamma2_rel (list), n_controls}` (γ₂ / ‖z‖ of BOS and of each random context token).
+    A layer is beyond its control when H1 and H2 hold and BOS's γ₂/‖z‖ exceeds at least `beaten_control_frac`
+    of the controls'. Supported: ≥ 1 − `failing_layer_tol` of the layers are; partly: H1 and H2 hold in ≥
+    `partly_layer_frac` of them (BOS passes a test random tokens pass too); else not supported. Interval over
+    layers. Needs more tokens than the `width`, ≥ `MIN_CONTROLS` controls and ≥ `MIN_LAYERS` layers."""
     layers = list(layers)
     if not layers:
         return Verdict("representability", model, NOT_MEASURABLE, {}, REPRESENTABILITY, "no certificates")
     n = min(int(row["n_contexts"]) for row in layers)
+    controls = min(len(row["control_gamma2_rel"]) for row in layers)
+    evidence = {"n_contexts": n, "width": width, "n_controls": controls}
     if n <= width:
-        return Verdict("representability", model, NOT_MEASURABLE, {"n_contexts": n, "width": width},
-                       REPRESENTABILITY, f"the certificate sample ({n} tokens) is not larger than the model width "
-                       f"({width}): any token would pass")  # fmt: skip
-    holds = np.array([bool(row["h1"]) and bool(row["h2"]) for row in layers])
-    beyond = np.array([float(row["gamma2"]) > float(row["control_gamma2_max"]) for row in layers]) & holds
+        return Verdict("representability", model, NOT_MEASURABLE, evidence, REPRESENTABILITY, f"the certificate "
+                       f"sample ({n} tokens) is not larger than the model width ({width}): any token would pass")  # fmt: skip
+    if controls < MIN_CONTROLS:
+        return too_few("representability", model, "control tokens", controls, MIN_CONTROLS, evidence)
+    holds = np.array([bool(row["h1"]) and bool(row["h2"]) for row in layers], float)
+    beaten = np.array([float(np.mean(float(row["gamma2_rel"]) > np.asarray(row["control_gamma2_rel"], float)))
+                       for row in layers])  # fmt: skip
+    ranks = [1 + int(np.sum(np.asarray(row["control_gamma2_rel"], float) >= float(row["gamma2_rel"])))
+             for row in layers]  # fmt: skip
 
-    def effects(_units, _th):
-        return {"layers_representable": float(holds.mean()), "layers_beyond_control": float(beyond.mean())}
+    def effects(u, th):
+        return {"layers_beyond_control": float(np.mean(u["holds"].astype(bool) & (u["beaten"] >= th["beaten_control_frac"]))),
+                "layers_representable": float(u["holds"].mean()), "mean_controls_beaten": float(u["beaten"].mean())}  # fmt: skip
 
     def decide(e, th):
-        if e["layers_representable"] >= 1 - th["failing_layer_tol"] and e["layers_beyond_control"] >= (
-            1 - th["failing_layer_tol"]
-        ):
+        if e["layers_beyond_control"] >= 1 - th["failing_layer_tol"]:
             return SUPPORTED
         return PARTLY if e["layers_representable"] >= th["partly_layer_frac"] else NOT_SUPPORTED
 
-    evidence = {"n_contexts": n, "width": width,
-                "gamma2_bos": [float(r["gamma2"]) for r in layers],
-                "gamma2_control_max": [float(r["control_gamma2_max"]) for r in layers]}  # fmt: skip
-    return judge("representability", model, {}, effects, decide, REPRESENTABILITY, fractions=tuple(REPRESENTABILITY),
-                 over="exact certificates on every sampled token: no sampling interval", evidence=evidence)  # fmt: skip
+    evidence |= {"layers": [int(row["layer"]) for row in layers], "bos_rank": ranks,
+                 "gamma2_rel_bos": [float(r["gamma2_rel"]) for r in layers],
+                 "gamma2_rel_control_median": [float(np.median(r["control_gamma2_rel"])) for r in layers],
+                 "gamma2_rel_control_max": [float(np.max(r["control_gamma2_rel"])) for r in layers]}  # fmt: skip
+    return judge("representability", model, {"holds": holds, "beaten": beaten}, effects, decide, REPRESENTABILITY,
+                 over="middle layers", min_units=MIN_LAYERS, fractions=tuple(REPRESENTABILITY), seed=seed,
+                 evidence=evidence)  # fmt: skip
 
 
 # --- section 2 ---------------------------------------------------------------------------------------------
 
-OVERSMOOTHING = {"counteract_tol": 0.2, "partly_frac": 0.5}
+OVERSMOOTHING = {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 0.001}
 
 
-def oversmoothing_verdict(model: str, dense_more: Sequence[bool], observed_rise: Sequence[bool], seed: int = 0
-                          ) -> Verdict:  # fmt: skip
-    """Claim `oversmoothing` from per-head booleans: 2b + c > 0 by the measured-moment predictor, and an observed
-    rise of the mean pairwise cosine. Supported: both fractions ≥ 1 − `counteract_tol` ("rarely" = at most one
-    head in five counteracts); partly: either ≥ `partly_frac`. Interval over heads."""
-    units = {"dense": np.asarray(dense_more, float), "rise": np.asarray(observed_rise, float)}
+def oversmoothing_verdict(model: str, observed_rise: Sequence[float], dense_more: Sequence[bool],
+                          layers: Sequence[int], seed: int = 0) -> Verdict:  # fmt: skip
+    """Claim `oversmoothing` from per-head observed rises of the mean pairwise cosine (λ: 0 → 1). A head
+    oversmooths when its rise exceeds `rise_min`. Supported: ≥ 1 − `counteract_tol` of heads ("rarely" = at most
+    one head in five counteracts); partly: ≥ `partly_frac`. The measured-moment predictor (2b + c > 0) is a
+    consistency check beside it, never deciding. Interval over heads, resampled within layers."""
+    units = {"rise": np.asarray(observed_rise, float), "dense": np.asarray(dense_more, float)}
+    if units["rise"].size < MIN_HEADS:
+        return too_few("oversmoothing", model, "heads", int(units["rise"].size), MIN_HEADS)
 
-    def effects(u, _th):
-        return {"frac_observed_rise": float(u["rise"].mean()), "frac_dense_more_measured": float(u["dense"].mean()),
-                "sign_agreement": float((u["dense"] == u["rise"]).mean())}  # fmt: skip
+    def effects(u, th):
+        rises = u["rise"] > th["rise_min"]
+        return {"frac_observed_rise": float(rises.mean()), "frac_dense_more_measured": float(u["dense"].mean()),
+                "consistency_predictor_vs_observed": float((u["dense"].astype(bool) == (u["rise"] > 0)).mean())}  # fmt: skip
 
     def decide(e, th):
-        low = min(e["frac_observed_rise"], e["frac_dense_more_measured"])
-        high = max(e["frac_observed_rise"], e["frac_dense_more_measured"])
-        return SUPPORTED if low >= 1 - th["counteract_tol"] else PARTLY if high >= th["partly_frac"] else NOT_SUPPORTED
+        return graded(e["frac_observed_rise"], 1 - th["counteract_tol"], th["partly_frac"])
 
-    if units["dense"].size == 0:
-        return Verdict("oversmoothing", model, NOT_MEASURABLE, {}, OVERSMOOTHING, "no smoothing columns")
-    return judge("oversmoothing", model, units, effects, decide, OVERSMOOTHING, over="heads", seed=seed,
-                 fractions=tuple(OVERSMOOTHING),
-                 evidence={"n_heads": int(units["dense"].size)})  # fmt: skip
+    return judge("oversmoothing", model, units, effects, decide, OVERSMOOTHING, over="heads", min_units=MIN_HEADS,
+                 strata=np.asarray(layers), seed=seed, fractions=("counteract_tol", "partly_frac"),
+                 evidence={"n_heads": int(units["rise"].size)})  # fmt: skip
 
 
 # --- section 3 ---------------------------------------------------------------------------------------------
 
-SWITCH = {"tau": 0.1, "delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
-GRID = (0.5, 1.0, 2.0)  # the τ and δ scales the per-window switch tables are counted at
+SWITCH = {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
+GRID = (0.5, 1.0, 2.0)  # the δ (and τ) scales per-window tables are counted at
+TAU_CURVE = (0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0)  # τ of the switch curves
 
 
-def switch_verdict(model: str, counts: np.ndarray, tau: float = 0.1, delta: float = 0.1, seed: int = 0) -> Verdict:
-    """Claim `switch` from per-window 2×2 tables `counts` (W, δ scale, τ scale, 4) at δ, τ × `GRID` (or at δ
-    only: a δ axis of length 1, then δ is not varied), cells (off·sink, off·no sink, on·sink, on·no sink).
-    Supported: P(sink | off) and P(off | sink) both ≥ 1 − `miss_tol`; partly: either ≥ `partly_min`; not
-    measurable without a switched-off or a sinking query."""
-    thresholds = SWITCH | {"tau": tau, "delta": delta}
+def switch_curves(table: np.ndarray) -> dict[str, np.ndarray]:
+    """From pooled 2×2 counts (K, 4) at K values of τ (cells off·sink, off·no sink, on·sink, on·no sink): the
+    curves P(sink | off), P(off | sink), P(off | no sink), each (K,), NaN where undefined."""
+    off_sink, off_nosink, on_sink, on_nosink = (table[:, i].astype(float) for i in range(4))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"p_sink_given_off": np.where(off_sink + off_nosink > 0, off_sink / (off_sink + off_nosink), np.nan),
+                "p_off_given_sink": np.where(off_sink + on_sink > 0, off_sink / (off_sink + on_sink), np.nan),
+                "p_off_given_nosink": np.where(off_nosink + on_nosink > 0, off_nosink / (off_nosink + on_nosink),
+                                               np.nan)}  # fmt: skip
+
+
+def switch_verdict(model: str, counts: np.ndarray, taus: Sequence[float] = TAU_CURVE, delta: float = 0.1,
+                   seed: int = 0) -> Verdict:  # fmt: skip
+    """Claim `switch` from per-window 2×2 tables `counts` (W, δ scale, τ, 4) at δ × `GRID` (or δ only: an axis of
+    length 1, then halving and doubling δ is not measurable) and τ over `taus`. Effect: the best τ's smaller
+    conditional, max_τ min(P(sink | off), P(off | sink)). Supported: ≥ 1 − `miss_tol` (both directions hold at
+    one τ); partly: ≥ `partly_min`; not measurable without a switched-off or a sinking query."""
+    thresholds = SWITCH | {"delta": delta}
     counts = np.asarray(counts, float)
     deltas = GRID if counts.shape[1] == len(GRID) else (1.0,)
-    varied = tuple(name for name in thresholds if name != "delta" or deltas == GRID)
 
     def effects(u, th):
-        table = u["counts"][:, deltas.index(th["delta"] / delta), GRID.index(th["tau"] / tau)].sum(0)
-        off_sink, off_nosink, on_sink, on_nosink = (float(x) for x in table)
-        return {"p_sink_given_off": _ratio(off_sink, off_sink + off_nosink),
-                "p_off_given_sink": _ratio(off_sink, off_sink + on_sink),
-                "p_off_given_nosink": _ratio(off_nosink, off_nosink + on_nosink),
-                "n_off": off_sink + off_nosink, "n_sink": off_sink + on_sink}  # fmt: skip
+        scale = th["delta"] / delta
+        if not any(math.isclose(scale, d) for d in deltas):
+            return {"best_min_conditional": math.nan}
+        index = [i for i, d in enumerate(deltas) if math.isclose(scale, d)][0]
+        curves = switch_curves(u["counts"][:, index].sum(0))
+        smaller = np.minimum(curves["p_sink_given_off"], curves["p_off_given_sink"])  # NaN where either is
+        if not np.isfinite(smaller).any():
+            return {"best_min_conditional": math.nan}
+        best = int(np.nanargmax(smaller))
+        return {"best_min_conditional": float(smaller[best]), "tau_best": float(taus[best]),
+                **{f"{name}_at_best": float(curve[best]) for name, curve in curves.items()}}  # fmt: skip
 
     def decide(e, th):
-        a, b = e["p_sink_given_off"], e["p_off_given_sink"]
-        if not (math.isfinite(a) and math.isfinite(b)):
-            return NOT_MEASURABLE
-        return SUPPORTED if min(a, b) >= 1 - th["miss_tol"] else PARTLY if max(a, b) >= th["partly_min"] else (
-            NOT_SUPPORTED)
+        return graded(e["best_min_conditional"], 1 - th["miss_tol"], th["partly_min"])
 
-    return judge("switch", model, {"counts": counts}, effects, decide, thresholds, over="windows", seed=seed,
-                 sensitive=varied, fractions=("miss_tol", "partly_min"))  # fmt: skip
+    return judge("switch", model, {"counts": counts}, effects, decide, thresholds, over="windows",
+                 min_units=MIN_WINDOWS, seed=seed, fractions=("miss_tol", "partly_min"),
+                 evidence={"taus": list(taus)})  # fmt: skip
 
 
-VALUE_DRAIN = {"sink_head_hard_frac": 0.5, "drain_max": 0.5, "p_value": 0.05}
-MIN_GROUPS = 3
+VALUE_DRAIN = {"rho_min": 0.3, "drain_max": 0.5, "sink_head_hard_frac": 0.5}
 
 
-def value_drain_verdict(model: str, drains: np.ndarray, group_hard_frac: np.ndarray, seed: int = 0) -> Verdict:
-    """Claim `value_drain` from per-window drains (W, G) of the G key/value groups (all layers) and each group's
-    largest hard-sink fraction among its query heads (G,). Sink groups: hard fraction ≥ `sink_head_hard_frac`.
-    Supported: the sink groups' median drain ≤ `drain_max` and below the other groups' (one-sided
-    Mann-Whitney p < `p_value`); partly: one of the two; not measurable with fewer than 3 groups on a side."""
-    from scipy.stats import mannwhitneyu
-
-    group_hard_frac = np.asarray(group_hard_frac, float)
+def value_drain_verdict(model: str, drains: np.ndarray, hard_sink: np.ndarray, queries: int, seed: int = 0
+                        ) -> Verdict:  # fmt: skip
+    """Claim `value_drain` from per-window drains (W, L, KV) and hard-sink counts (W, L, H) out of `queries`
+    per window. Per KV group: the largest hard-sink fraction of its query heads and the mean drain. Effect:
+    Spearman ρ of the two over all groups (negative: sinking goes with a small v_0). Supported: ρ ≤ −`rho_min`,
+    the within-layer ρ not positive (where layers have ≥ 3 groups), and the groups with a head hard-sink on ≥
+    `sink_head_hard_frac` of queries have median drain ≤ `drain_max`; partly: ρ < 0; else not supported."""
+    drains, hard = np.asarray(drains, float), np.asarray(hard_sink, float)
+    W, L, KV = drains.shape
+    group = hard.shape[2] // KV
 
     def effects(u, th):
-        per_group = u["drains"].mean(0)
-        sink = group_hard_frac >= th["sink_head_hard_frac"]
-        a, b = per_group[sink], per_group[~sink]
-        if min(a.size, b.size) < MIN_GROUPS:
-            return {"median_ratio_sink_over_other": math.nan, "median_sink_groups": math.nan,
-                    "median_other_groups": math.nan, "p_value": math.nan, "n_sink_groups": float(a.size)}
-        p = float(mannwhitneyu(a, b, alternative="less").pvalue)
-        return {"median_ratio_sink_over_other": float(np.median(a) / np.median(b)),
-                "median_sink_groups": float(np.median(a)), "median_other_groups": float(np.median(b)),
-                "p_value": p, "n_sink_groups": float(a.size)}  # fmt: skip
-
-    def ratio(u, th):
-        per_group = u["drains"].mean(0)
-        sink = group_hard_frac >= th["sink_head_hard_frac"]
-        a, b = per_group[sink], per_group[~sink]
-        return float(np.median(a) / np.median(b)) if min(a.size, b.size) >= MIN_GROUPS else math.nan
+        frac = (u["hard"].sum(0) / (len(u["hard"]) * queries)).reshape(L, KV, group).max(-1).ravel()
+        drain = u["drains"].mean(0).ravel()
+        if np.ptp(frac) == 0 or np.ptp(drain) == 0:
+            return {"rho_all_groups": math.nan}
+        within, used = rowwise_spearman(frac.reshape(L, KV), drain.reshape(L, KV))
+        sink = frac >= th["sink_head_hard_frac"]
+        return {"rho_all_groups": spearman(frac, drain), "rho_within_layers": within,
+                "layers_within": float(used), "n_sink_groups": float(sink.sum()),
+                "median_drain_sink_groups": float(np.median(drain[sink])) if sink.any() else math.nan,
+                "median_drain_other_groups": float(np.median(drain[~sink])) if (~sink).any() else math.nan}  # fmt: skip
 
     def decide(e, th):
-        if not math.isfinite(e["p_value"]):
+        rho = e["rho_all_groups"]
+        if not math.isfinite(rho):
             return NOT_MEASURABLE
-        small, lower = e["median_sink_groups"] <= th["drain_max"], e["p_value"] < th["p_value"]
-        return SUPPORTED if small and lower else PARTLY if small or lower else NOT_SUPPORTED
+        within_ok = not math.isfinite(e["rho_within_layers"]) or e["rho_within_layers"] <= 0
+        small = e["median_drain_sink_groups"] <= th["drain_max"]  # False when NaN (no sink group)
+        if rho <= -th["rho_min"] and within_ok and small:
+            return SUPPORTED
+        return PARTLY if rho < 0 else NOT_SUPPORTED
 
-    n_sink = int((group_hard_frac >= VALUE_DRAIN["sink_head_hard_frac"]).sum())
-    if min(n_sink, group_hard_frac.size - n_sink) < MIN_GROUPS:
-        return Verdict("value_drain", model, NOT_MEASURABLE, {"n_groups": int(group_hard_frac.size),
-                       "n_sink_groups": n_sink}, VALUE_DRAIN, f"{n_sink} of {group_hard_frac.size} KV groups have a "
-                       f"head that is hard-sink on ≥ half its queries: a test between groups needs {MIN_GROUPS} on "
-                       "each side")  # fmt: skip
-    return judge("value_drain", model, {"drains": np.asarray(drains, float)}, effects, decide, VALUE_DRAIN,
-                 over="windows", seed=seed, fractions=("sink_head_hard_frac",), cap=False, primary=ratio, evidence={"n_groups": int(group_hard_frac.size)})  # fmt: skip
+    return judge("value_drain", model, {"drains": drains, "hard": hard}, effects, decide, VALUE_DRAIN,
+                 over="windows", min_units=MIN_WINDOWS, seed=seed, fractions=("sink_head_hard_frac",),
+                 evidence={"n_groups": L * KV, "groups_per_layer": KV})  # fmt: skip
+
+
+ROUTE_CLAIM = {"tau": 0.1, "delta": 0.1, "rare_tol": 0.1, "partly_tol": 0.5}
+
+
+def switch_routes_verdict(model: str, counts: np.ndarray, names: Sequence[str], sink_routes: Sequence[bool],
+                          tau: float = 0.1, delta: float = 0.1, extra: dict | None = None, seed: int = 0
+                          ) -> Verdict:  # fmt: skip
+    """Claim `switch_routes` from per-window route counts (W, δ scale, τ scale, R + 1) at δ, τ × `GRID`
+    (`stats.switch_routes.classify`; the last entry counts unexplained queries). Effect: the share of
+    switched-off queries on a non-BOS route. Supported: ≤ `rare_tol`; partly: ≤ `partly_tol`; else not
+    supported; not measurable without a switched-off query. Interval over windows."""
+    thresholds = ROUTE_CLAIM | {"tau": tau, "delta": delta}
+    counts = np.asarray(counts, float)
+    bos = np.array([*sink_routes, False], bool)
+    labels = [*names, "unexplained"]
+
+    def effects(u, th):
+        i = [k for k, d in enumerate(GRID) if math.isclose(th["delta"] / delta, d)]
+        j = [k for k, t in enumerate(GRID) if math.isclose(th["tau"] / tau, t)]
+        if not (i and j):
+            return {"non_bos_route_frac": math.nan}
+        table = u["counts"][:, i[0], j[0]].sum(0)
+        n_off = float(table.sum())
+        hard = float(table[labels.index("bos_sink")]) if "bos_sink" in labels else 0.0
+        shares = {f"frac_{name}": _ratio(float(n), n_off) for name, n in zip(labels, table)}
+        return {"non_bos_route_frac": _ratio(float(table[~bos].sum()), n_off),
+                "non_bos_among_non_hard_sink": _ratio(float(table[~bos].sum()), n_off - hard),
+                "n_switched_off": n_off, **shares}  # fmt: skip
+
+    def decide(e, th):
+        return graded(e["non_bos_route_frac"], th["rare_tol"], th["partly_tol"], higher_is_better=False)
+
+    return judge("switch_routes", model, {"counts": counts}, effects, decide, thresholds, over="windows",
+                 min_units=MIN_WINDOWS, seed=seed, fractions=("rare_tol", "partly_tol"),
+                 evidence={"routes": labels, **(extra or {})})  # fmt: skip
 
 
 def mlp_like_verdict(model: str, counts: np.ndarray, queries: int, seed: int = 0) -> Verdict:
@@ -367,32 +327,62 @@ def mlp_like_verdict(model: str, counts: np.ndarray, queries: int, seed: int = 0
     if counts.size == 0:
         return Verdict("mlp_like", model, NOT_MEASURABLE, {}, {}, "no per-layer MLP-like counts")
     return judge("mlp_like", model, {"counts": counts}, effects, lambda e, th: DESCRIPTIVE, {}, over="windows",
-                 seed=seed, descriptive=True)  # fmt: skip
+                 min_units=MIN_WINDOWS, seed=seed, descriptive=True)  # fmt: skip
 
 
 ABLATION = {"supported_ratio": 0.5, "partly_ratio": 1.0}
 
 
+def _decide_ratio(e, th) -> str:
+    ratio = e["ratio"]
+    if not math.isfinite(ratio):
+        return NOT_MEASURABLE
+    return SUPPORTED if ratio <= th["supported_ratio"] else PARTLY if ratio < th["partly_ratio"] else NOT_SUPPORTED
+
+
+def sink_ablation_verdict(model: str, selected: np.ndarray, same_heads: np.ndarray, random: np.ndarray,
+                          extra: dict | None = None, seed: int = 0) -> Verdict:  # fmt: skip
+    """Claim `sink_ablation` from per-window Δloss (nats/token): `selected` (W,) the sink-like heads zeroed on
+    their sink queries; `same_heads` (W, D) the same heads zeroed on as many of their non-sink queries, and
+    `random` (W, D) matched random head-and-query sets, D draws each. Ratios = mean Δ(selected) / mean Δ(control);
+    a control that does not raise the loss leaves its ratio undefined (a failed resample). Effect: the larger
+    ratio. Supported: ≤ `supported_ratio`; partly: < `partly_ratio`; else not supported. Interval: windows ×
+    draws resampled jointly (both axes)."""
+    same, rand = np.asarray(same_heads, float), np.asarray(random, float)
+    W, D = same.shape
+    units = {"selected": np.repeat(np.asarray(selected, float)[:, None], D, 1), "same": same, "random": rand}
+
+    def effects(u, _th):
+        sel = float(u["selected"][:, 0].mean())
+        same_mean, random_mean = float(u["same"].mean()), float(u["random"].mean())
+        ratios = [sel / m if m > 0 else math.nan for m in (same_mean, random_mean)]
+        return {"ratio": max(ratios) if all(math.isfinite(r) for r in ratios) else math.nan,
+                "ratio_same_heads": ratios[0], "ratio_random": ratios[1], "delta_selected": sel,
+                "delta_same_heads_mean": same_mean, "delta_random_mean": random_mean}  # fmt: skip
+
+    if same.shape != rand.shape:
+        raise ValueError(f"same-heads {same.shape} and random {rand.shape} controls need one (windows, draws) shape")
+    return judge("sink_ablation", model, units, effects, _decide_ratio, ABLATION, over="windows × draws",
+                 min_units=(MIN_WINDOWS, MIN_DRAWS), crossed=True, seed=seed,
+                 evidence={"measured_at": MEASURED_AT["sink_ablation"], **(extra or {})})  # fmt: skip
+
+
 def ablation_verdict(claim: str, model: str, delta_selected: float, delta_random: Sequence[float],
                      extra: dict | None = None, seed: int = 0) -> Verdict:  # fmt: skip
-    """Claims `sink_ablation`, `sink_ablation_bos`, `dormant_heads`: ratio = Δloss of the selected heads / mean
-    Δloss of random head sets of the same size. Supported: ratio ≤ `supported_ratio`; partly: < `partly_ratio`;
-    not measurable when the random sets do not raise the loss. Interval over the random draws."""
+    """Claim `dormant_heads`: ratio = Δloss of the selected heads / mean Δloss of random head sets of the same
+    size. Supported: ratio ≤ `supported_ratio`; partly: < `partly_ratio`; not measurable when the random sets
+    do not raise the loss (a failed resample). Interval over the random draws (the ablation pass keeps no
+    per-window losses)."""
     randoms = _finite(delta_random)
 
     def effects(u, _th):
         mean = float(u["random"].mean())
         return {"ratio": delta_selected / mean if mean > 0 else math.nan, "delta_random_mean": mean}
 
-    def decide(e, th):
-        if not math.isfinite(e["ratio"]):
-            return NOT_MEASURABLE
-        return SUPPORTED if e["ratio"] <= th["supported_ratio"] else PARTLY if e["ratio"] < th["partly_ratio"] else (
-            NOT_SUPPORTED)
-
-    evidence = {"delta_selected": delta_selected, "delta_random": randoms.tolist(), **(extra or {})}
-    return judge(claim, model, {"random": randoms}, effects, decide, ABLATION, over="random draws", seed=seed,
-                 evidence=evidence)  # fmt: skip
+    evidence = {"delta_selected": delta_selected, "delta_random": randoms.tolist(),
+                "measured_at": MEASURED_AT.get(claim, ""), **(extra or {})}  # fmt: skip
+    return judge(claim, model, {"random": randoms}, effects, _decide_ratio, ABLATION, over="random draws",
+                 min_units=MIN_DRAWS, seed=seed, evidence=evidence)  # fmt: skip
 
 
 DORMANT_AHON_LN = 0.5  # the dormancy cut of the ablation's head set is by rank (lowest 10 %), not by this value
@@ -403,6 +393,7 @@ def dormant_curve(ahon_ln: Sequence[float]) -> dict[str, float]:
     """Fraction of heads with AHON-LN ≤ x for x in `DORMANT_CURVE` (Sandoval-Segura et al. sweep the cut)."""
     values = _finite(ahon_ln)
     return {f"{x:g}": float((values <= x).mean()) if values.size else math.nan for x in DORMANT_CURVE}
+
 
 
 # --- section 4 ---------------------------------------------------------------------------------------------
@@ -434,30 +425,29 @@ def cost_closed_forms_verdict(model: str, sink_exponent: float, diagonal_exponen
 COST_REAL = {"losing_pair_tol": 0.2, "partly_frac": 0.5}
 
 
-def cost_real_verdict(model: str, sink_costs: Sequence[float], diagonal_costs: Sequence[float], seed: int = 0
+def cost_real_verdict(model: str, wins: np.ndarray, Ts: Sequence[int], extra: dict | None = None, seed: int = 0
                       ) -> Verdict:  # fmt: skip
-    """Claim `cost_real_layers`: paired nuclear costs per (layer, window) (inf = infeasible). The sink wins a pair
-    when it is feasible and cheaper, or the diagonal is infeasible. Supported: it wins ≥ 1 − `losing_pair_tol`
-    of the pairs; partly: ≥ `partly_frac`. Interval over pairs."""
-    sink, diag = np.asarray(sink_costs, float), np.asarray(diagonal_costs, float)
-    valid = ~(np.isnan(sink) | np.isnan(diag)) & (np.isfinite(sink) | np.isfinite(diag))
-    sink, diag = sink[valid], diag[valid]
-    if sink.size == 0:
-        return Verdict("cost_real_layers", model, NOT_MEASURABLE, {}, COST_REAL, "no feasible pattern solved")
-    wins = (np.isfinite(sink) & (~np.isfinite(diag) | (sink < diag))).astype(float)
-    both = np.isfinite(sink) & np.isfinite(diag)
+    """Claim `cost_real_layers` from per-window shares (W, len(Ts)) of the layers where the sink is cheaper
+    (feasible and cheaper, or the diagonal infeasible) at each context length T. Effect: the mean share over
+    windows and T. Supported: ≥ 1 − `losing_pair_tol`, and at every T; partly: ≥ `partly_frac`. Interval over
+    windows."""
+    wins = np.asarray(wins, float)
 
     def effects(u, _th):
-        return {"sink_cheaper_frac": float(u["wins"].mean())}
+        per_t = u["wins"].mean(0)
+        return {"sink_cheaper_frac": float(per_t.mean()), "worst_T_frac": float(per_t.min()),
+                **{f"sink_cheaper_frac_T{T}": float(x) for T, x in zip(Ts, per_t)}}  # fmt: skip
 
     def decide(e, th):
-        return graded(e["sink_cheaper_frac"], 1 - th["losing_pair_tol"], th["partly_frac"])
+        if e["sink_cheaper_frac"] >= 1 - th["losing_pair_tol"] and e["worst_T_frac"] >= 1 - th["losing_pair_tol"]:
+            return SUPPORTED
+        return PARTLY if e["sink_cheaper_frac"] >= th["partly_frac"] else NOT_SUPPORTED
 
-    evidence = {"pairs": int(sink.size), "sink_infeasible": int((~np.isfinite(sink)).sum()),
-                "diagonal_infeasible": int((~np.isfinite(diag)).sum()),
-                "median_diag_over_sink": float(np.median(diag[both] / sink[both])) if both.any() else None}  # fmt: skip
-    return judge("cost_real_layers", model, {"wins": wins}, effects, decide, COST_REAL, over="(layer, window) pairs",
-                 seed=seed, evidence=evidence, fractions=tuple(COST_REAL))  # fmt: skip
+    if wins.ndim != 2 or wins.size == 0:
+        return Verdict("cost_real_layers", model, NOT_MEASURABLE, {}, COST_REAL, "no feasible pattern solved")
+    return judge("cost_real_layers", model, {"wins": wins}, effects, decide, COST_REAL, over="windows",
+                 min_units=MIN_COST_WINDOWS, seed=seed, fractions=tuple(COST_REAL),
+                 evidence={"Ts": list(Ts), "measured_at": MEASURED_AT["cost_real_layers"], **(extra or {})})  # fmt: skip
 
 
 REGIMES = {"bos_mass": 0.5}
@@ -492,45 +482,55 @@ def regimes_verdict(model: str, inits: dict[str, tuple[dict, dict]] | None, reas
 
 # --- section 5 ---------------------------------------------------------------------------------------------
 
-WEIGHTS = {"p_value": 0.05}
+WEIGHTS_LOW_RANK = {"min_effect": 0.2, "rank_max": 2.0}
+WEIGHTS_ALIGNMENT = {"min_effect": 0.2, "rank1_score": 0.5}
 
 
-def weights_verdict(claim: str, model: str, sink_values: Sequence[float], other_values: Sequence[float],
-                    sink_lower: bool, seed: int = 0) -> Verdict:  # fmt: skip
-    """Claims `weights_low_rank` (sink heads lower: `sink_lower`) and `weights_bos_alignment` (higher): medians and
-    a one-sided Mann-Whitney U test. Supported: medians order as claimed and p < `p_value`; partly: medians
-    order as claimed; else not supported; not measurable with fewer than 3 heads in a group. Interval over heads."""
-    from scipy.stats import mannwhitneyu
+def weights_verdict(claim: str, model: str, values: Sequence[float], is_sink: Sequence[bool], layers: Sequence[int],
+                    seed: int = 0) -> Verdict:  # fmt: skip
+    """Claims `weights_low_rank` (sink heads' W_QK effective rank lower than other heads' of the same layer, and
+    near the rank 1 the claim names: median ≤ `rank_max`) and `weights_bos_alignment` (sink heads' signed p̂/q̂
+    score higher within layers, and near the ≈ 1 of a rank-1 reading: median ≥ `rank1_score`).
 
-    sinks, others = _finite(sink_values), _finite(other_values)
-    values = np.concatenate([sinks, others])
-    is_sink = np.concatenate([np.ones(sinks.size), np.zeros(others.size)])
-    alternative = "less" if sink_lower else "greater"
+    Effect: the standardised within-layer difference in the claimed direction (`reproduction.strata`).
+    Supported: ≥ `min_effect` and the sink heads' level as the claim names it; partly: ≥ `min_effect` only;
+    else not supported. Interval over heads resampled within layers; the within-layer permutation p-value is
+    reported, never deciding. Needs ≥ `MIN_STRATA` layers holding both classes."""
+    lower = claim == "weights_low_rank"
+    thresholds = WEIGHTS_LOW_RANK if lower else WEIGHTS_ALIGNMENT
+    values, is_sink, layers = np.asarray(values, float), np.asarray(is_sink, bool), np.asarray(layers)
+    keep = np.isfinite(values)
+    values, is_sink, layers = values[keep], is_sink[keep], layers[keep]
+    sign = -1.0 if lower else 1.0
+    _, _, strata = stratified_difference(values, is_sink, layers)
+    evidence = {"n_sink_heads": int(is_sink.sum()), "n_other_heads": int((~is_sink).sum()), "layers_with_both": strata,
+                "claimed_direction": "sink heads lower" if lower else "sink heads higher",
+                "measured_at": MEASURED_AT["weights_low_rank"]}  # fmt: skip
+    if strata < MIN_STRATA:
+        return too_few(claim, model, "layers holding sink and other heads", strata, MIN_STRATA, evidence, thresholds)
 
-    def effects(u, _th):
-        a, b = u["values"][u["is_sink"] == 1], u["values"][u["is_sink"] == 0]
-        if min(a.size, b.size) < 3:
-            return {"median_difference": math.nan, "p_value": math.nan}
-        return {"median_difference": float(np.median(a) - np.median(b)), "median_sink_heads": float(np.median(a)),
-                "median_other_heads": float(np.median(b)),
-                "p_value": float(mannwhitneyu(a, b, alternative=alternative).pvalue)}  # fmt: skip
-
-    def difference(u, _th):
-        a, b = u["values"][u["is_sink"] == 1], u["values"][u["is_sink"] == 0]
-        return float(np.median(a) - np.median(b)) if min(a.size, b.size) >= 3 else math.nan
+    def effects(u, th):
+        difference, standardised, _ = stratified_difference(u["values"], u["is_sink"].astype(bool), u["layers"])
+        sinks, others = u["values"][u["is_sink"] == 1], u["values"][u["is_sink"] == 0]
+        pooled = float(np.median(sinks) - np.median(others)) if sinks.size and others.size else math.nan
+        return {"effect_within_layers": sign * standardised, "difference_within_layers": difference,
+                "median_sink_heads": float(np.median(sinks)) if sinks.size else math.nan,
+                "median_other_heads": float(np.median(others)) if others.size else math.nan,
+                "pooled_median_difference": pooled}  # fmt: skip
 
     def decide(e, th):
-        if not math.isfinite(e["p_value"]):
+        if not math.isfinite(e["effect_within_layers"]):
             return NOT_MEASURABLE
-        ordered = e["median_difference"] < 0 if sink_lower else e["median_difference"] > 0
-        return SUPPORTED if ordered and e["p_value"] < th["p_value"] else PARTLY if ordered else NOT_SUPPORTED
+        level = (e["median_sink_heads"] <= th["rank_max"]) if lower else (e["median_sink_heads"] >= th["rank1_score"])
+        if e["effect_within_layers"] >= th["min_effect"]:
+            return SUPPORTED if level else PARTLY
+        return NOT_SUPPORTED
 
-    evidence = {"n_sink_heads": int(sinks.size), "n_other_heads": int(others.size),
-                "alternative": f"sink heads {alternative}"}  # fmt: skip
-    if min(sinks.size, others.size) < 3:
-        return Verdict(claim, model, NOT_MEASURABLE, evidence, WEIGHTS, "fewer than 3 heads in a group")
-    return judge(claim, model, {"values": values, "is_sink": is_sink}, effects, decide, WEIGHTS, over="heads",
-                 seed=seed, evidence=evidence, cap=False, primary=difference)  # fmt: skip
+    evidence["p_value_within_layers"] = within_layer_permutation_p(values, is_sink, layers, greater=not lower, seed=seed)
+    evidence["max_value"] = float(values.max())
+    units = {"values": values, "is_sink": is_sink.astype(float), "layers": layers}
+    return judge(claim, model, units, effects, decide, thresholds, over="heads", min_units=2 * MIN_STRATA,
+                 strata=layers, seed=seed, evidence=evidence, fractions=() if lower else ("rank1_score",))  # fmt: skip
 
 
 # --- section 6 ---------------------------------------------------------------------------------------------
@@ -555,4 +555,4 @@ def gu_sink_rate_verdict(model: str, scores: dict[str, np.ndarray], seed: int = 
         return SUPPORTED if all(present.values()) else PARTLY if present["natural"] else NOT_SUPPORTED
 
     return judge("gu_sink_rate", model, {name: np.asarray(scores[name], float) for name in needed}, effects, decide,
-                 GU, over="windows", seed=seed, fractions=("present_rate",))  # fmt: skip
+                 GU, over="windows", min_units=MIN_WINDOWS, seed=seed, fractions=("present_rate",))  # fmt: skip

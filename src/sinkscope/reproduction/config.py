@@ -19,10 +19,11 @@ class ReproduceConfig:
     half-space certificates. ablation_windows, ablation_fraction, random_draws: the head ablations (one
     fraction of all heads, dormant and sink-like sets against `random_draws` random sets).
     smoothing_layer_stride: the oversmoothing columns of every stride-th layer (1: all), in the capture pass.
-    certificate_windows, certificate_controls: the half-space certificates of the middle layers on every context
-    token of that many windows of the first corpus (more tokens than the model width), with that many random
-    context tokens as the control. cost_contexts, cost_windows, cost_layer_stride: exact sink/diagonal costs on the model's attention inputs (T contexts per
-    window, every `cost_layer_stride`-th layer). cost_exact_Ts: T of the exact programs checked against the
+    certificate_windows, certificate_controls: the half-space certificates of the middle layers on every raw
+    context token of that many windows of the first corpus (more tokens than the model width), with that many
+    random context tokens as the control (a verdict needs 20). cost_contexts, cost_windows, cost_layer_stride:
+    exact sink/diagonal costs on the model's raw attention inputs (each T of `cost_contexts` context tokens per
+    window, every `cost_layer_stride`-th layer; a T = 32 program takes ~30 s on a loaded CPU). cost_exact_Ts: T of the exact programs checked against the
     closed forms. regimes: train the bigram-backcopy regime map (`train-bb --grid regimes`, its quick grid);
     regimes_from: read a regime map that `sinkscope train-bb --grid regimes --out DIR` already wrote instead.
     """
@@ -35,12 +36,13 @@ class ReproduceConfig:
     geometry_cap: int = 256
     ablation_windows: int = 16
     ablation_fraction: float = 0.1
-    random_draws: int = 8
+    random_draws: int = 20
+    bos_draws: int = 8
     certificate_windows: int = 24
-    certificate_controls: int = 3
-    cost_contexts: int = 8
-    cost_windows: int = 2
-    cost_layer_stride: int = 1
+    certificate_controls: int = 20
+    cost_contexts: tuple[int, ...] = (8, 16, 32)
+    cost_windows: int = 4
+    cost_layer_stride: int = 6
     smoothing_layer_stride: int = 1
     cost_exact_Ts: tuple[int, ...] = (2, 4, 8, 16)
     regimes: bool = True
@@ -57,7 +59,7 @@ class ReproduceConfig:
             raise SinkscopeError("--corpora needs at least one corpus, e.g. --corpora builtin:prose")
         if self.seq_len < 8:
             raise SinkscopeError(f"--seq-len {self.seq_len} is too short: use at least 8 (Gu et al. use 64)")
-        for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "cost_windows",
+        for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "bos_draws", "cost_windows",
                      "cost_layer_stride", "smoothing_layer_stride", "certificate_windows",
                      "certificate_controls"):  # fmt: skip
             if getattr(self, name) < 1:
@@ -67,8 +69,8 @@ class ReproduceConfig:
         if self.regimes_from is not None and not (Path(self.regimes_from) / "regime_cells.parquet").is_file():
             raise SinkscopeError(f"--regimes-from {self.regimes_from}: no regime_cells.parquet there; pass the --out "
                                  "of `sinkscope train-bb --grid regimes`")  # fmt: skip
-        if self.cost_contexts < 2 or self.cost_contexts > 16:
-            raise SinkscopeError(f"cost_contexts {self.cost_contexts}: use 2..16 (exact programs beyond are slow)")
+        if not self.cost_contexts or min(self.cost_contexts) < 2 or max(self.cost_contexts) > 32:
+            raise SinkscopeError(f"cost_contexts {self.cost_contexts}: use T in 2..32 (exact programs beyond are slow)")
 
     @classmethod
     def preset(cls, quick: bool = False, **overrides) -> ReproduceConfig:
@@ -78,9 +80,9 @@ class ReproduceConfig:
         config = cls(**overrides)
         if not quick:
             return config
-        small = dict(windows=8, anchor_windows=2, geometry_cap=32, ablation_windows=2, random_draws=2,
-                     cost_windows=1, cost_layer_stride=6, smoothing_layer_stride=6, cost_exact_Ts=(2, 4, 8),
-                     certificate_windows=4, certificate_controls=1, quick=True)  # fmt: skip
+        small = dict(windows=8, anchor_windows=2, geometry_cap=32, ablation_windows=2, random_draws=2, bos_draws=2,
+                     cost_contexts=(8,), cost_windows=1, cost_layer_stride=6, smoothing_layer_stride=6,
+                     cost_exact_Ts=(2, 4, 8), certificate_windows=4, certificate_controls=2, quick=True)  # fmt: skip
         return replace(config, **{k: v for k, v in small.items() if k not in overrides})
 
     def to_dict(self) -> dict:

@@ -3,7 +3,7 @@
 - `window_evidence`: per-window sums (`statistics.window_evidence.WindowEvidence`) in one pass per hard-sink
   threshold δ × {½, 1, 2} (the capture's hard-sink mask is taken at one δ per pass), for bootstrap intervals
   over windows and the δ/τ sensitivity of the switch verdict;
-- `certificate_layers`: the half-space certificates of the middle layers on every context token of enough
+- `certificate_layers`: the half-space certificates of the middle layers on every raw context token of enough
   windows to exceed the model width, with random context tokens as the control, and the certificate
   directions p̂ (queries) and q̂ (keys);
 - `pq_alignment`: per head, `p̂ W_QK(Δ) q̂ᵀ / σ₁` averaged over the RoPE offsets Δ = 1 … T−1 at which a query
@@ -53,11 +53,13 @@ def window_evidence(lm: LoadedModel, stream, n_windows: int, seed: int, tau: flo
 @torch.no_grad()
 def certificate_layers(lm: LoadedModel, corpus: str, seq_len: int, n_windows: int, layers: list[int],
                        n_control: int, seed: int) -> tuple[pd.DataFrame, dict[int, tuple[np.ndarray, np.ndarray]]]:  # fmt: skip
-    """Per layer of `layers`, SPEC §4's certificates on *every* unit context input of `n_windows` windows
-    (BOS = z_0), and the γ₂ of `n_control` random context tokens against the others.
+    """Per layer of `layers`, SPEC §4's certificates on *every* raw (un-normalised) context input of `n_windows`
+    windows (BOS = z_0 of the first window), and the γ₂ of `n_control` random context tokens against the others.
 
-    Returns the table (layer, n_contexts, gamma1, gamma2, h1, h2, control_gamma2_max, control_gamma2_median) and
-    `{layer: (p̂, q̂)}` for the layers where both conditions hold.
+    Raw, because on unit vectors H2 cannot fail for any distinct token (a sphere is strictly convex) and
+    normalising moves the geometry the theorem is about. γ₂ is compared relative to the token's norm
+    (`gamma2_rel` = γ₂ / ‖z‖), which is scale-free. Returns the table (layer, n_contexts, gamma1, gamma2, h1, h2,
+    gamma2_rel, control_gamma2_rel (list), n_controls) and `{layer: (p̂, q̂)}` where both conditions hold.
     """
     from sinkscope.capture.layer_inputs import layer_inputs
     from sinkscope.corpus.windows import windows
@@ -69,13 +71,18 @@ def certificate_layers(lm: LoadedModel, corpus: str, seq_len: int, n_windows: in
     for layer in layers:
         z = captured[layer][1].double().cpu().numpy()  # (W, T, d)
         contexts = z[:, 1:].reshape(-1, z.shape[-1])
-        contexts = contexts / np.linalg.norm(contexts, axis=1, keepdims=True).clip(1e-30)
-        sink = z[0, 0] / max(float(np.linalg.norm(z[0, 0])), 1e-30)
+        sink = z[0, 0]
         geometry = sink_geometry(contexts, sink)
         control = control_separations(contexts, n_control, seed + layer)
+        # the same seeded picks as control_separations, for the tokens' norms
+        picks = np.random.default_rng(seed + layer).choice(contexts.shape[0], control.size, replace=False)
+        control_rel = control / np.linalg.norm(contexts[picks], axis=1).clip(1e-30)
         rows.append({"layer": layer, "n_contexts": int(contexts.shape[0]), "gamma1": geometry.gamma1,
                      "gamma2": geometry.gamma2, "h1": geometry.h1, "h2": geometry.h2,
-                     "control_gamma2_max": float(control.max()), "control_gamma2_median": float(np.median(control))})  # fmt: skip
+                     "gamma2_rel": geometry.gamma2 / max(float(np.linalg.norm(sink)), 1e-30),
+                     "control_gamma2_rel": control_rel.tolist(), "n_controls": int(control.size),
+                     "control_gamma2_rel_max": float(control_rel.max()),
+                     "control_gamma2_rel_median": float(np.median(control_rel))})  # fmt: skip
         if geometry.query_dir is not None and geometry.key_dir is not None:
             directions[layer] = (geometry.query_dir, geometry.key_dir)
     return pd.DataFrame(rows), directions

@@ -34,6 +34,20 @@ def geometry_figure(evidence: dict[str, dict]) -> Figure:
     return fig
 
 
+def switch_figure(evidence: dict[str, dict]) -> Figure:
+    """Per model: P(sink | off) and P(off | sink) as curves over τ (δ as set), one pair per corpus."""
+    fig, axes = _axes(len(evidence))
+    for ax, (model, tables) in zip(axes, evidence.items()):
+        switch = tables["switch"]
+        for corpus, group in switch[switch["delta_scale"] == 1.0].groupby("corpus"):
+            ax.plot(group["tau"], group["p_sink_given_off"], "-o", ms=3, label=f"P(sink | off) · {corpus}")
+            ax.plot(group["tau"], group["p_off_given_sink"], "--s", ms=3, label=f"P(off | sink) · {corpus}")
+        ax.set(xscale="log", xlabel="τ (switched off: ‖o_t‖ ≤ τ · mean ‖v_j‖)", ylim=(-0.02, 1.02), title=model)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
 def smoothing_figure(evidence: dict[str, dict]) -> Figure:
     """Per model: predicted vs observed change of the mean pairwise cosine from λ = 0 to 1, one dot per head."""
     fig, axes = _axes(len(evidence))
@@ -82,9 +96,12 @@ def cost_figure(theory: pd.DataFrame, evidence: dict[str, dict]) -> Figure:
     ax = axes[1]
     for model, tables in evidence.items():
         costs = tables["cost_layers"]
-        wide = costs.pivot_table(index=["layer", "window"], columns="pattern", values="cost", aggfunc="first")
-        ratio = (wide["diagonal"] / wide["sink"]).replace([np.inf, -np.inf], np.nan).groupby("layer").median()
-        ax.plot(ratio.index, ratio.values, "-o", ms=3, label=model)
+        if costs.empty:
+            continue
+        wide = costs.pivot_table(index=["T", "layer", "window"], columns="pattern", values="cost", aggfunc="first")
+        ratio = (wide["diagonal"] / wide["sink"]).replace([np.inf, -np.inf], np.nan).groupby(["T", "layer"]).median()
+        for T, series in ratio.groupby(level="T"):
+            ax.plot(series.index.get_level_values("layer"), series.values, "-o", ms=3, label=f"{model} T={T}")
     ax.axhline(1, color="grey", lw=0.6)
     ax.set(yscale="log", xlabel="layer", ylabel="diagonal cost / sink cost", title="real attention inputs")
     ax.legend(fontsize=7)

@@ -12,6 +12,7 @@ import pandas as pd
 from sinkscope.reproduction import claims as c
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.evidence import DELTA_SCALES
+from sinkscope.stats.switch_routes import ROUTES
 
 GEOMETRY_COLUMNS = ["layer", "bos_cos_mean_z", "bos_cos_max_z", "bos_cos_nonpos_frac_z", "bos_cos_mean_h",
                     "bos_cos_max_h", "bos_cos_nonpos_frac_h", "bos_norm_ratio_h", "gamma1", "gamma2", "sink_margin",
@@ -23,13 +24,13 @@ HEAD_COLUMNS = ["layer", "head", "head_class", "sink_score", "hard_sink_frac", "
 WEIGHT_COLUMNS = ["layer", "head", "qk_sigma1", "qk_nuclear_over_frobenius", "qk_effective_rank", "qk_bos_alignment",
                   "qk_bos_gain", "vo_sigma1", "vo_nuclear_over_frobenius", "vo_effective_rank", "vo_bos_alignment",
                   "vo_bos_gain"]  # fmt: skip
-SINK_HEAD_HARD_FRAC = c.VALUE_DRAIN["sink_head_hard_frac"]
 
 
 @dataclass(frozen=True)
 class Measurements:
     """Everything one model's verdicts are computed from: the analyze runs per corpus, the ablation curve, the
-    layer costs, the weight table, the per-window evidence per corpus, the certificates and the p̂/q̂ table."""
+    layer costs, the weight table, the per-window evidence per corpus, the certificates, the p̂/q̂ table, the
+    per-window sink-query ablation and the per-window switch evidence per main corpus."""
 
     runs: dict
     ablation: pd.DataFrame
@@ -38,7 +39,8 @@ class Measurements:
     evidence: dict[str, dict[str, np.ndarray]]
     certificates: pd.DataFrame
     alignment: pd.DataFrame
-    sink_queries: pd.DataFrame
+    sink_queries: dict[str, np.ndarray]
+    switch: dict[str, dict[str, np.ndarray]]
 
 
 def at_delta(array: np.ndarray) -> np.ndarray:
@@ -50,77 +52,96 @@ def _columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return frame[[name for name in names if name in frame.columns]]
 
 
-def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray], T: int, seed: int
-                    ) -> list[c.Verdict]:  # fmt: skip
-    """Sections 1–3 on one analysed corpus of windows of T tokens: geometry, oversmoothing, switch, value drain
-    and MLP-like layers from the per-window evidence (`arrays`) and the run's smoothing columns."""
+def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray], switch: dict[str, np.ndarray],
+                    T: int, seed: int) -> list[c.Verdict]:  # fmt: skip
+    """Sections 1–3 on one analysed corpus of windows of T tokens: geometry (z and h), oversmoothing, switch
+    curves, switch routes, value drain and MLP-like layers from the per-window evidence and the run's smoothing
+    columns."""
     heads = run.heads
-    out = [c.geometry_verdict(model, arrays["nonpos"], arrays["nonpos_control"], T - 1, seed)]
-    if "smooth_dense_more_measured" in heads and "smooth_dcos_obs" in heads:
+    counts = {"z": arrays["nonpos"], "z_control": arrays["nonpos_control"]}
+    if "nonpos_h" in switch:
+        counts |= {"h": switch["nonpos_h"], "h_control": switch["nonpos_h_control"]}
+    out = [c.geometry_verdict(model, counts, T - 1, seed)]
+    if "smooth_dcos_obs" in heads and "smooth_dense_more_measured" in heads:
         smooth = heads.dropna(subset=["smooth_dcos_obs"])
-        out.append(c.oversmoothing_verdict(model, smooth["smooth_dense_more_measured"].astype(bool),
-                                           smooth["smooth_dcos_obs"] > 0, seed))  # fmt: skip
+        out.append(c.oversmoothing_verdict(model, smooth["smooth_dcos_obs"], smooth["smooth_dense_more_measured"]
+                                           .astype(bool), smooth["layer"], seed))  # fmt: skip
     else:
         out.append(c.Verdict("oversmoothing", model, c.NOT_MEASURABLE, reason="no smoothing columns"))
     tau, delta = run.meta["config"]["tau"], run.meta["config"]["delta"]
-    out.append(c.switch_verdict(model, arrays["switch"], tau, delta, seed))
-    hard = at_delta(arrays["hard_sink"])  # (W, L, H) hard-sink counts at δ
-    head_frac = hard.sum(0) / (hard.shape[0] * (T - 1))  # (L, H)
-    group = head_frac.shape[1] // arrays["drain"].shape[2]
-    group_frac = head_frac.reshape(head_frac.shape[0], -1, group).max(-1).ravel()  # (L·KV,)
-    drains = arrays["drain"].reshape(arrays["drain"].shape[0], -1)  # (W, L·KV)
-    out.append(c.value_drain_verdict(model, drains, group_frac, seed))
+    out.append(c.switch_verdict(model, switch["curve"], c.TAU_CURVE, delta, seed))
+    names = [route.name for route in ROUTES]
+    out.append(c.switch_routes_verdict(model, switch["routes"], names, [route.sink for route in ROUTES], tau, delta,
+                                       seed=seed))  # fmt: skip
+    out.append(c.value_drain_verdict(model, arrays["drain"], at_delta(arrays["hard_sink"]), T - 1, seed))
     out.append(c.mlp_like_verdict(model, at_delta(arrays["mlp_like"]), T - 1, seed))
     return [replace(verdict, corpus=corpus) for verdict in out]
 
 
-def sink_query_verdict(model: str, corpus: str, table: pd.DataFrame, ablation: pd.DataFrame, seed: int) -> c.Verdict:
-    """`sink_ablation`: the sink-like heads zeroed on their sink queries vs matched random head-and-query sets
-    (`pipelines.query_ablation`); zeroing them on every query (mode zero) is evidence beside it."""
-    chosen, random = table[table["set"] == "sink queries"], table[table["set"].str.startswith("random")]
-    if chosen.empty:
+def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], ablation: pd.DataFrame, seed: int
+                       ) -> c.Verdict:  # fmt: skip
+    """`sink_ablation`: the sink-like heads zeroed on their sink queries vs the same heads on non-sink queries and
+    matched random head-and-query sets, per window (`reproduction.sink_query`); zeroing them on every query
+    (mode zero) is evidence beside it."""
+    if not arrays:
         return c.Verdict("sink_ablation", model, c.NOT_MEASURABLE, reason="no sink-query ablation", corpus=corpus)
-    row = chosen.iloc[0]
-    extra = {"mode": "zero on sink queries", "n_heads": int(row["n_heads"]), "n_cells": int(row["n_cells"]),
-             "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
-             "n_windows": int(row["n_windows"])}  # fmt: skip
+    extra = {"n_heads": int(arrays["n_heads"]), "n_windows": int(arrays["selected"].size),
+             "cells_selected": float(arrays["cells_selected"].sum()),
+             "cells_same_heads_mean": float(arrays["cells_same_heads"].sum()),
+             "base_loss": float(arrays["base"].mean())}  # fmt: skip
     every = ablation[(ablation["mode"] == "zero") & (ablation["selection"] == "highest-hard-sink")]
     if len(every):
         extra["delta_zero_every_query"] = float(every.iloc[0]["delta_loss"])
-    verdict = c.ablation_verdict("sink_ablation", model, float(row["delta_loss"]), random["delta_loss"].tolist(),
-                                 extra, seed)  # fmt: skip
+    verdict = c.sink_ablation_verdict(model, arrays["selected"], arrays["same_heads"], arrays["random"], extra, seed)
     return replace(verdict, corpus=corpus)
 
 
 def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int
                       ) -> list[c.Verdict]:  # fmt: skip
-    """The sink-like heads with their attention moved to BOS, and the dormant heads zeroed, against random sets of
-    the same size (`sinkscope.pipelines.ablate`)."""
-    out = []
-    for claim, selection, mode in (("sink_ablation_bos", "highest-hard-sink", "bos"),
-                                   ("dormant_heads", "lowest-ahon-ln", "zero")):  # fmt: skip
-        frame = ablation[ablation["mode"] == mode]
-        chosen = frame[frame["selection"] == selection]
-        if chosen.empty:
-            out.append(c.Verdict(claim, model, c.NOT_MEASURABLE, reason=f"no {selection} set ({mode})", corpus=corpus))
-            continue
-        row = chosen.iloc[0]
-        random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]
-        extra = {"mode": mode, "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]),
-                 "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
-                 "n_windows": int(row["n_windows"])}  # fmt: skip
-        if claim == "dormant_heads":
-            extra["dormant_frac_by_ahon_ln"] = c.dormant_curve(heads["ahon_ln"])
-        verdict = c.ablation_verdict(claim, model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra,
-                                     seed)  # fmt: skip
-        out.append(replace(verdict, corpus=corpus))
-    return out
+    """The dormant heads zeroed against random sets of the same size (`sinkscope.pipelines.ablate`)."""
+    frame = ablation[ablation["mode"] == "zero"]
+    chosen = frame[frame["selection"] == "lowest-ahon-ln"]
+    if chosen.empty:
+        return [c.Verdict("dormant_heads", model, c.NOT_MEASURABLE, reason="no lowest-ahon-ln set", corpus=corpus)]
+    row = chosen.iloc[0]
+    random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]
+    extra = {"mode": "zero", "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]),
+             "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
+             "n_windows": int(row["n_windows"]), "dormant_frac_by_ahon_ln": c.dormant_curve(heads["ahon_ln"])}  # fmt: skip
+    verdict = c.ablation_verdict("dormant_heads", model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra,
+                                 seed)  # fmt: skip
+    return [replace(verdict, corpus=corpus)]
+
+
+def forced_bos(ablation: pd.DataFrame) -> dict:
+    """The forced-BOS ablation as a described measurement: Δloss of the sink-like heads with their attention
+    moved to BOS, and of random head sets of the same size (mean and draws)."""
+    frame = ablation[ablation["mode"] == "bos"]
+    chosen = frame[frame["selection"] == "highest-hard-sink"]
+    if chosen.empty:
+        return {}
+    row = chosen.iloc[0]
+    random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]["delta_loss"]
+    return {"forced_bos_delta_selected": float(row["delta_loss"]), "forced_bos_delta_random_mean": float(random.mean())
+            if len(random) else None, "forced_bos_random_draws": int(len(random))}  # fmt: skip
 
 
 def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int) -> c.Verdict:
-    wide = costs.pivot_table(index=["layer", "window"], columns="pattern", values="cost", aggfunc="first")
-    return replace(c.cost_real_verdict(model, wide["sink"].to_numpy(), wide["diagonal"].to_numpy(), seed),
-                   corpus=corpus)
+    """Per window and T, the share of layers where the sink is cheaper (feasible and cheaper, or the diagonal
+    infeasible); pairs where neither pattern was solved are left out."""
+    if costs.empty or "T" not in costs:
+        return c.Verdict("cost_real_layers", model, c.NOT_MEASURABLE, reason="no layer costs", corpus=corpus)
+    wide = costs.pivot_table(index=["T", "window", "layer"], columns="pattern", values="cost", aggfunc="first")
+    sink, diag = wide["sink"].to_numpy(float), wide["diagonal"].to_numpy(float)
+    valid = ~(np.isnan(sink) | np.isnan(diag)) & (np.isfinite(sink) | np.isfinite(diag))
+    wins = pd.Series(np.isfinite(sink) & (~np.isfinite(diag) | (sink < diag)), index=wide.index)[valid]
+    share = wins.groupby(level=["window", "T"]).mean().unstack("T")  # (W, len(Ts))
+    both = np.isfinite(sink) & np.isfinite(diag)
+    extra = {"pairs": int(valid.sum()), "sink_infeasible": int((~np.isfinite(sink)).sum()),
+             "diagonal_infeasible": int((~np.isfinite(diag)).sum()),
+             "median_diag_over_sink": float(np.median(diag[both] / sink[both])) if both.any() else None}  # fmt: skip
+    verdict = c.cost_real_verdict(model, share.to_numpy(float), [int(T) for T in share.columns], extra, seed)
+    return replace(verdict, corpus=corpus)
 
 
 def weight_heads(weights: pd.DataFrame, heads: pd.DataFrame, alignment: pd.DataFrame) -> pd.DataFrame:
@@ -132,16 +153,15 @@ def weight_heads(weights: pd.DataFrame, heads: pd.DataFrame, alignment: pd.DataF
 
 
 def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int) -> list[c.Verdict]:
-    """Sink heads (head class `sink`: mean sink score α > ε = 0.3) vs the others: W_QK effective rank (all
-    layers), and the p̂/q̂ score over RoPE offsets (middle layers, where the certificates give p̂ and q̂)."""
-    sinks = table["is_sink"]
+    """Sink heads (head class `sink`: mean sink score α > ε = 0.3) vs the other heads of the same layer: W_QK
+    effective rank (all layers), and the signed p̂/q̂ score over RoPE offsets (middle layers, where the
+    certificates give p̂ and q̂)."""
     aligned = table.dropna(subset=["qk_pq_score"]) if "qk_pq_score" in table else table.iloc[:0]
     return [
-        replace(c.weights_verdict("weights_low_rank", model, table.loc[sinks, "qk_effective_rank"],
-                                  table.loc[~sinks, "qk_effective_rank"], sink_lower=True, seed=seed), corpus=corpus),
-        replace(c.weights_verdict("weights_bos_alignment", model, aligned.loc[aligned["is_sink"], "qk_pq_score"],
-                                  aligned.loc[~aligned["is_sink"], "qk_pq_score"], sink_lower=False, seed=seed),
-                corpus=corpus),
+        replace(c.weights_verdict("weights_low_rank", model, table["qk_effective_rank"], table["is_sink"],
+                                  table["layer"], seed), corpus=corpus),
+        replace(c.weights_verdict("weights_bos_alignment", model, aligned["qk_pq_score"], aligned["is_sink"],
+                                  aligned["layer"], seed), corpus=corpus),
     ]  # fmt: skip
 
 
@@ -155,11 +175,13 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     first, seed, T = config.corpora[0], config.seed, config.seq_len
     verdicts = []
     for corpus in config.corpora:
-        verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], T, seed)
+        verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], m.switch[corpus], T, seed)
+    bos = forced_bos(m.ablation)
+    verdicts = [replace(v, evidence=v.evidence | bos) if v.claim == "switch_routes" else v for v in verdicts]
     heads = m.runs[first].heads
     certificates = m.certificates.to_dict("records")
     width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
-    verdicts.append(replace(c.representability_verdict(model, certificates, width), corpus=first))
+    verdicts.append(replace(c.representability_verdict(model, certificates, width, seed), corpus=first))
     verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed))
     verdicts += ablation_verdicts(model, first, m.ablation, heads, seed)
     verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
@@ -170,14 +192,16 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     tables = {
         "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus], T).assign(corpus=corpus)
                                for corpus in config.corpora], ignore_index=True),  # fmt: skip
-        "switch": pd.concat([switch_table(m.evidence[corpus]).assign(corpus=corpus) for corpus in config.corpora],
+        "switch": pd.concat([switch_table(m.switch[corpus]).assign(corpus=corpus) for corpus in config.corpora],
                             ignore_index=True),  # fmt: skip
+        "switch_routes": pd.concat([routes_table(m.switch[corpus]).assign(corpus=corpus)
+                                    for corpus in config.corpora], ignore_index=True),  # fmt: skip
         "value_drain": pd.concat([drain_table(m.evidence[corpus], T).assign(corpus=corpus) for corpus in config.corpora],
                                  ignore_index=True),  # fmt: skip
         "certificates": m.certificates,
         "heads": _columns(heads, HEAD_COLUMNS),
         "weights": weight_table,
-        "ablation": pd.concat([m.ablation, m.sink_queries], ignore_index=True),
+        "ablation": pd.concat([m.ablation, sink_query_table(m.sink_queries)], ignore_index=True),
         "cost_layers": m.costs,
         "anchors": pd.DataFrame(
             [{"corpus": corpus, "sink_rate": m.runs[corpus].meta["summary"]["sink_rate"],
@@ -200,15 +224,37 @@ def geometry_table(run, arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
 
 
 def switch_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The pooled 2×2 switch table at every (δ, τ) scale the switch verdict reads."""
+    """The pooled switch 2×2 and its conditionals at every δ scale and τ of the curves."""
     rows = []
-    scales = DELTA_SCALES if arrays["switch"].shape[1] == len(DELTA_SCALES) else (1.0,)
-    for i, d_scale in enumerate(scales):
-        for j, t_scale in enumerate(c.GRID):
-            cells = arrays["switch"][:, i, j].sum(0)
-            rows.append({"delta_scale": d_scale, "tau_scale": t_scale,
-                         **{f"n_{k}": int(v) for k, v in zip(("off_sink", "off_nosink", "on_sink", "on_nosink"),
-                                                               cells)}})  # fmt: skip
+    for i, d_scale in enumerate(c.GRID):
+        for k, tau in enumerate(c.TAU_CURVE):
+            cells = arrays["curve"][:, i, k].sum(0)
+            curves = c.switch_curves(cells[None])
+            rows.append({"delta_scale": d_scale, "tau": tau,
+                         **{f"n_{k}": int(v) for k, v in zip(("off_sink", "off_nosink", "on_sink", "on_nosink"), cells)},
+                         **{name: float(curve[0]) for name, curve in curves.items()}})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def routes_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Switched-off queries per route and layer at δ and τ (`stats.switch_routes`), pooled over windows."""
+    counts = arrays["routes_by_layer"].sum(0)  # (L, R + 1)
+    names = [route.name for route in ROUTES] + ["unexplained"]
+    frame = pd.DataFrame(counts, columns=names).astype(int)
+    return frame.assign(layer=np.arange(len(frame)), n_switched_off=frame[names].sum(axis=1))
+
+
+def sink_query_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """One row per set of the sink-query ablation: mean Δloss over windows (and draws), its draws' spread."""
+    if not arrays:
+        return pd.DataFrame()
+    rows = [{"mode": "zero on sink queries", "selection": "sink queries", "delta_loss": float(arrays["selected"].mean()),
+             "n_windows": int(arrays["selected"].size), "draws": 1}]  # fmt: skip
+    for name, label in (("same_heads", "same heads, non-sink queries"), ("random", "random heads and queries")):
+        per_draw = arrays[name].mean(0)
+        rows.append({"mode": "zero on sink queries", "selection": label, "delta_loss": float(per_draw.mean()),
+                     "delta_draw_min": float(per_draw.min()), "delta_draw_max": float(per_draw.max()),
+                     "n_windows": int(arrays[name].shape[0]), "draws": int(arrays[name].shape[1])})  # fmt: skip
     return pd.DataFrame(rows)
 
 

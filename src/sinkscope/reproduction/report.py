@@ -33,18 +33,20 @@ SECTIONS = (
         "docs/theory/oversmoothing.md).",
     },
     {
-        "number": 3, "title": "Hard switch ⇔ sink", "figure": "ablation",
-        "measurement": "Per query and head: switched off (‖o_t‖ ≤ 0.1 · mean_{j≤t} ‖v_j‖, the keys the query "
-        "sees) × hard sink (A[t,0] ≥ 0.9), pooled over heads, per window; value drain ‖v_0‖ / mean ‖v_j‖ per "
-        "key/value group, groups with a hard-sink head vs the others; the MLP-like fraction of each layer; loss change when the most sink-like heads are zeroed, or "
-        "their attention is moved to BOS, vs random heads of the same number (`sinkscope ablate`, modes zero "
-        "and bos).",
+        "number": 3, "title": "Hard switch ⇔ sink", "figure": "switch",
+        "measurement": "Per query and head: switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖, the keys the query "
+        "sees) × hard sink (A[t,0] ≥ 0.9), pooled over heads, per window, as curves over τ = 0.025 … 1; every "
+        "switched-off query split by the route that makes its output small (BOS sink, mostly-BOS attention, "
+        "cancellation, self attention on a small value, low-norm keys); value drain ‖v_0‖ / mean ‖v_j‖ per "
+        "key/value group against its hard-sink fraction (rank correlation, also within layers); the MLP-like "
+        "fraction of each layer; loss change when the most sink-like heads are zeroed on their sink queries, vs "
+        "the same heads on non-sink queries and random heads and queries; attention moved to BOS (a measurement).",
     },
     {
         "number": 4, "title": "Cost of a sink vs a diagonal pattern", "figure": "cost",
         "measurement": "Minimum nuclear norm of W_QK realising each pattern with margin κ = 1: closed forms on "
         "orthonormal embeddings for T = 2 … 1024 (exponent fitted on T ≥ 64), exact convex programs at small T "
-        "beside them, and exact programs on the models' unit-normalised attention inputs (docs/theory/cost.md).",
+        "beside them, and exact programs on the models' raw attention inputs at T = 8, 16, 32 (docs/theory/cost.md).",
     },
     {
         "number": 5, "title": "Weights of the real models", "figure": "weights",
@@ -77,6 +79,7 @@ def _figures(evidence: dict[str, dict], theory: pd.DataFrame) -> dict[str, bytes
     return {
         "geometry": _png(figures.geometry_figure(evidence)),
         "smoothing": _png(figures.smoothing_figure(evidence)),
+        "switch": _png(figures.switch_figure(evidence)),
         "ablation": _png(figures.ablation_figure(evidence)),
         "cost": _png(figures.cost_figure(theory, evidence)),
         "weights": _png(figures.weights_figure(evidence)),
@@ -154,7 +157,7 @@ def write_tables(
     """tables/NAME.csv: each evidence table over models (a `model` column first), cost_theory.csv and, when the
     regime map ran, regime_cells.csv."""
     names = []
-    for name in ("geometry", "switch", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
+    for name in ("geometry", "switch", "switch_routes", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
                  "anchors"):
         frames = [tables[name].assign(model=model) for model, tables in evidence.items() if name in tables]
         if frames:

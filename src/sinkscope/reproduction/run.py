@@ -6,12 +6,14 @@ section whose key matches is read back instead of recomputed, so a rerun only do
     MODEL/analyze-CORPUS/   `sinkscope analyze` run (main corpora with the oversmoothing columns; anchors without)
     MODEL/ablate/           `sinkscope ablate` (sink-like and dormant heads vs random heads, zeroed)
     MODEL/ablate-bos/       `sinkscope ablate --mode bos` (sink-like heads vs random heads, attention moved to BOS)
-    MODEL/ablate-sink-queries/  sink-like heads zeroed on their sink queries only vs matched random head-and-query
-                            sets (`pipelines.query_ablation`)
-    MODEL/cost-layers/      exact sink/diagonal costs on the model's attention inputs
+    MODEL/sink-queries/     sink-like heads zeroed on their sink queries only vs the same heads on non-sink
+                            queries and matched random head-and-query sets, per window (`reproduction.sink_query`)
+    MODEL/switch-CORPUS/    per-window switch curves over τ, switched-off queries by route, residual-stream
+                            cosines (`reproduction.switch_evidence`)
+    MODEL/cost-layers/      exact sink/diagonal costs on the model's raw attention inputs at several T
     MODEL/weights/          spectra of W_QK and W_VO per head
     MODEL/evidence-CORPUS/  per-window sums for the bootstrap intervals (3 passes: δ × ½, 1, 2; anchors 1)
-    MODEL/certificates/     half-space certificates of the middle layers on every context token, with random-
+    MODEL/certificates/     half-space certificates of the middle layers on every raw context token, with random-
                             token controls, and the p̂/q̂ alignment of each head's W_QK over RoPE offsets
     theory/cost/            closed forms over T and exact programs on orthonormal embeddings
     regimes/                bigram-backcopy regime runs (when available)
@@ -106,8 +108,9 @@ class ModelSections:
 
         c = self.config
         selections = ("highest-hard-sink", "lowest-ahon-ln") if mode == "zero" else ("highest-hard-sink",)
+        draws = c.random_draws if mode == "zero" else c.bos_draws
         ablate_config = AblateConfig(selections=selections, fractions=(c.ablation_fraction,), mode=mode,
-                                     n_random=c.random_draws, seed=c.seed, from_run=str(scores_run_dir))  # fmt: skip
+                                     n_random=draws, seed=c.seed, from_run=str(scores_run_dir))  # fmt: skip
         key = {"section": "ablate", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
                "windows": c.ablation_windows, "config": asdict(ablate_config) | {"from_run": "analysis"},
                "scores": json.loads((scores_run_dir / KEY_FILE).read_text()), "dtype": c.dtype}  # fmt: skip
@@ -155,7 +158,7 @@ class ModelSections:
         key = {"section": "certificates", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
                "windows": c.certificate_windows, "controls": c.certificate_controls, "seed": c.seed,
                "layer_stride": c.smoothing_layer_stride,
-               "dtype": c.dtype, "version": 1}  # fmt: skip
+               "dtype": c.dtype, "version": 2}  # fmt: skip
         directory = self.out / "certificates"
 
         def compute(target: Path) -> None:
@@ -174,47 +177,71 @@ class ModelSections:
         directory = self.section(label, directory, key, compute)
         return pd.read_parquet(directory / "certificates.parquet"), pd.read_parquet(directory / "pq_alignment.parquet")
 
-    def sink_query_ablation(self, scores_run_dir: Path) -> pd.DataFrame:
-        """The most hard-sink heads zeroed on their sink queries only, vs matched random head-and-query sets
-        (`pipelines.query_ablation`), on the ablation windows of the first corpus."""
+    def sink_query_ablation(self, scores_run_dir: Path) -> dict[str, np.ndarray]:
+        """The most hard-sink heads zeroed on their sink queries only, vs the same heads on as many non-sink
+        queries and matched random head-and-query sets, per window (`reproduction.sink_query`)."""
         c = self.config
-        key = {"section": "ablate-sink-queries", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+        key = {"section": "sink-queries", "model": self.name, "corpus": c.corpora[0], "seq_len": c.seq_len,
                "windows": c.ablation_windows, "fraction": c.ablation_fraction, "draws": c.random_draws,
                "seed": c.seed, "scores": json.loads((scores_run_dir / KEY_FILE).read_text()), "dtype": c.dtype,
-               "version": 1}  # fmt: skip
-        directory = self.out / "ablate-sink-queries"
+               "version": 2}  # fmt: skip
+        directory = self.out / "sink-queries"
 
         def compute(target: Path) -> None:
             from sinkscope.corpus.windows import windows
             from sinkscope.pipelines.ablate import count_for_fraction, heads_by_score, scores_from_run
-            from sinkscope.pipelines.query_ablation import sink_query_ablation
+            from sinkscope.reproduction.sink_query import sink_query_losses
 
             lm = self.lm
             scores = scores_from_run(scores_run_dir)
             heads = heads_by_score(scores, "highest-hard-sink", count_for_fraction(len(scores), c.ablation_fraction))
             batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
-            frame = sink_query_ablation(lm, batches, heads, c.random_draws, c.seed)
+            arrays = sink_query_losses(lm, batches, heads, c.random_draws, c.seed)
             with swapped_directory(target) as staging:
-                frame.to_parquet(staging / "sink_query_ablation.parquet", index=False)
+                np.savez(staging / "sink_queries.npz", n_heads=np.array(len(heads)), **arrays)
 
         label = f"ablate {c.ablation_fraction:g} of heads on their sink queries ({c.ablation_windows} windows)"
-        return pd.read_parquet(self.section(label, directory, key, compute) / "sink_query_ablation.parquet")
+        with np.load(self.section(label, directory, key, compute) / "sink_queries.npz") as data:
+            return {name: data[name] for name in data.files}
+
+    def switch_evidence(self, corpus: str) -> dict[str, np.ndarray]:
+        """Per-window switch curves over τ, switched-off queries by route and residual-stream cosines of `corpus`
+        (`reproduction.switch_evidence`)."""
+        c = self.config
+        key = {"section": "switch", "model": self.name, "corpus": corpus, "seq_len": c.seq_len,
+               "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
+        directory = self.out / f"switch-{slug(corpus)}"
+
+        def compute(target: Path) -> None:
+            from sinkscope.corpus.windows import windows
+            from sinkscope.reproduction.switch_evidence import switch_evidence
+
+            batches = list(windows(corpus, self.lm.tokenizer, c.seq_len, c.windows, seed=c.seed))
+            arrays = switch_evidence(self.lm, batches, c.seed)
+            with swapped_directory(target) as staging:
+                np.savez(staging / "switch.npz", **arrays)
+
+        label = f"switch curves and routes {corpus} ({c.windows} windows)"
+        with np.load(self.section(label, directory, key, compute) / "switch.npz") as data:
+            return {name: data[name] for name in data.files}
 
     def cost_layers(self) -> pd.DataFrame:
-        """Exact nuclear-norm sink and diagonal costs (SPEC §6) on unit-normalised attention inputs of real
-        windows of `cost_contexts + 1` tokens (z_0 = BOS), every `cost_layer_stride`-th layer."""
+        """Exact nuclear-norm sink and diagonal costs (SPEC §6) on raw attention inputs of real windows of
+        `T + 1` tokens (z_0 = BOS) for each T of `cost_contexts`, every `cost_layer_stride`-th layer."""
         c = self.config
-        key = {"section": "cost-layers", "model": self.name, "corpus": c.corpora[0], "contexts": c.cost_contexts,
-               "windows": c.cost_windows, "stride": c.cost_layer_stride, "seed": c.seed, "dtype": c.dtype}  # fmt: skip
+        key = {"section": "cost-layers", "model": self.name, "corpus": c.corpora[0], "contexts": list(c.cost_contexts),
+               "windows": c.cost_windows, "stride": c.cost_layer_stride, "seed": c.seed, "dtype": c.dtype,
+               "version": 2}  # fmt: skip
         directory = self.out / "cost-layers"
 
         def compute(target: Path) -> None:
-            frame = real_layer_costs(self.lm, c.corpora[0], c.cost_contexts, c.cost_windows, c.cost_layer_stride,
-                                     c.seed)  # fmt: skip
+            frame = pd.concat([real_layer_costs(self.lm, c.corpora[0], T, c.cost_windows, c.cost_layer_stride, c.seed)
+                               for T in c.cost_contexts], ignore_index=True)  # fmt: skip
             with swapped_directory(target) as staging:
                 frame.to_parquet(staging / "cost_layers.parquet", index=False)
 
-        label = f"exact costs on layers (T={c.cost_contexts}, {c.cost_windows} window(s), stride {c.cost_layer_stride})"
+        Ts = ", ".join(str(T) for T in c.cost_contexts)
+        label = f"exact costs on layers (T = {Ts}, {c.cost_windows} window(s), stride {c.cost_layer_stride})"
         return pd.read_parquet(self.section(label, directory, key, compute) / "cost_layers.parquet")
 
     def weights(self) -> pd.DataFrame:
@@ -235,7 +262,8 @@ class ModelSections:
 
 
 def real_layer_costs(lm, corpus: str, contexts: int, n_windows: int, stride: int, seed: int) -> pd.DataFrame:
-    """One row per (layer, window, pattern): exact causal nuclear cost (κ = 1), rank, status; inf = infeasible."""
+    """One row per (layer, window, pattern): exact causal nuclear cost (κ = 1) on the raw inputs, rank, status;
+    inf = infeasible."""
     import torch
 
     from sinkscope.capture.layer_inputs import layer_inputs
@@ -249,7 +277,7 @@ def real_layer_costs(lm, corpus: str, contexts: int, n_windows: int, stride: int
     for layer in layers:
         z = captured[layer][1].double().cpu().numpy()  # (W, T+1, d)
         for window in range(z.shape[0]):
-            Z = z[window] / np.linalg.norm(z[window], axis=1, keepdims=True)
+            Z = z[window]
             for pattern in ("sink", "diagonal"):
                 try:
                     result = pattern_cost(Z[0], Z[1:], pattern, "nuclear", True, 1.0, "auto")
@@ -323,14 +351,16 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         scores_dir = sections.out / f"analyze-{slug(first)}"
         ablation = pd.concat([sections.ablation(scores_dir, "zero"), sections.ablation(scores_dir, "bos")],
                              ignore_index=True)  # fmt: skip
-        sink_queries = sections.sink_query_ablation(scores_dir).assign(mode="zero on sink queries")
+        sink_queries = sections.sink_query_ablation(scores_dir)
+        switch = {corpus: sections.switch_evidence(corpus) for corpus in config.corpora}
         costs = sections.cost_layers()
         weights = sections.weights()
         scales = (1.0,) if config.quick else DELTA_SCALES  # --quick: no δ sensitivity, one pass per corpus
         evidence_arrays = {corpus: sections.evidence(corpus, scales if corpus in config.corpora else (1.0,))
                            for corpus in runs}  # fmt: skip
         certificates, alignment = sections.certificates()
-        measured = Measurements(runs, ablation, costs, weights, evidence_arrays, certificates, alignment, sink_queries)
+        measured = Measurements(runs, ablation, costs, weights, evidence_arrays, certificates, alignment, sink_queries,
+                                switch)  # fmt: skip
         model_verdicts, tables = judge_model(name, config, measured)
         verdicts.extend(model_verdicts)
         evidence[name] = tables

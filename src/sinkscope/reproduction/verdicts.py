@@ -1,19 +1,26 @@
-"""How a verdict is reached, the same way for every claim: a decision rule on effects, capped by the effects'
-bootstrap interval and flagged when half or double a threshold changes it.
+"""How a verdict is reached, the same way for every claim: a decision rule on effect sizes, capped by the
+effects' bootstrap over the right unit, and flagged when half or double any deciding threshold changes it.
 
-1. **Decision.** A claim's `decide(effects, thresholds)` maps its measured effects to `supported`, `partly` or
-   `not supported` (or `not measurable here` when an effect does not exist on the data).
-2. **Interval.** The effects are recomputed on `n_boot` bootstrap resamples of the units they are measured on
-   (windows; random draws for ablations; heads for per-head weights and smoothing), giving a 95 % percentile
-   interval of the primary effect and a verdict per resample. The verdict is never stronger than the interval
-   allows: when the 2.5 % and 97.5 % quantiles of the resampled verdicts differ by one step the verdict is
-   `partly`; when they span `supported` … `not supported` the data cannot decide (`not measurable here`).
-3. **Sensitivity.** The verdict is recomputed with each threshold halved and doubled, one at a time. A
-   threshold that is a fraction of a whole (a share of layers, tokens or heads, an attention mass) is halved
-   and doubled on the odds scale `x / (1 − x)`, so it stays a fraction (0.5 → 1/3 and 2/3; 0.05 → 0.026 and
-   0.095); the others (τ, δ, ratios, p-values, tolerances of exponents) are multiplied by ½ and 2. If any of these differs (a `not measurable here` there carries no information), a
-   `supported` or `not supported` verdict becomes `partly`, with the reason "depends on NAME".
-4. **Descriptive** claims (the paper states a condition, not a frequency) get `descriptive`: the measurement
+1. **Units.** A verdict needs at least the claim's stated minimum of units (`min_units`); below it, `not
+   measurable here: too few UNITS`.
+2. **Decision.** A claim's `decide(effects, thresholds)` maps its effect sizes to `supported`, `partly` or
+   `not supported` (or `not measurable here` when an effect does not exist on the data, e.g. its control
+   fails). p-values may be reported but never decide: `decide` is called without them.
+3. **Interval.** The effects are recomputed on `n_boot` bootstrap resamples of the units they are measured on
+   (windows; windows × draws jointly for ablations; heads *within layers* for per-head claims), giving a 95 %
+   percentile interval of the primary effect and a verdict per resample. A resample whose effect does not
+   exist (its control fails) counts as a failed resample, not a missing one. Then, in order:
+   a. more than 2.5 % failed resamples → `not measurable here` (the control fails too often);
+   b. when the 2.5 % and 97.5 % quantiles of the resampled verdicts span `supported` … `not supported` the data
+      cannot decide (`not measurable here`); when they differ by one step the verdict is `partly`;
+   c. the verdict is lowered to the majority (median) of the resampled verdicts when it is stronger.
+4. **Sensitivity.** The verdict is recomputed with *every* threshold of the claim halved and doubled, one at a
+   time. A threshold that is a fraction of a whole (a share of layers, tokens or heads, an attention mass) is
+   halved and doubled on the odds scale `x / (1 − x)`, so it stays a fraction (0.5 → 1/3 and 2/3; 0.05 → 0.026
+   and 0.095); the others are multiplied by ½ and 2. If any of these differs (a `not measurable here` there
+   carries no information), a `supported` or `not supported` verdict becomes `partly`, with the reason "depends
+   on NAME".
+5. **Descriptive** claims (the paper states a condition, not a frequency) get `descriptive`: the measurement
    and its interval, no verdict.
 """
 
@@ -93,25 +100,35 @@ def graded(value: float, supported_at: float, partly_at: float, higher_is_better
 def capped(point: str, resampled: list[str]) -> tuple[str, str]:
     """The point verdict limited by the verdicts of the bootstrap resamples: `(verdict, reason)`.
 
-    Ends = the 2.5 % and 97.5 % quantiles of the resampled verdicts (ordered not supported < partly <
-    supported; resamples where the effect does not exist are left out). Equal ends keep the point verdict;
-    ends one step apart give `partly`; ends `not supported` … `supported` give `not measurable here`.
+    Resamples whose verdict is not a rank (`not measurable here`: the effect or its control failed) count as
+    failures below `not supported`; more than 2.5 % failures → `not measurable here`. Ends = the 2.5 % and
+    97.5 % quantiles of the resampled verdicts (ordered not supported < partly < supported): ends `not
+    supported` … `supported` give `not measurable here`; ends one step apart give `partly`; and the result is
+    never stronger than the median resampled verdict (the majority).
     """
-    if point not in _RANK:
+    if point not in _RANK or not resampled:
         return point, ""
-    ranks = np.sort([_RANK[v] for v in resampled if v in _RANK])
-    if ranks.size == 0:
-        return point, ""
+    ranks = np.sort([_RANK.get(v, -1) for v in resampled])
     tail = (1 - LEVEL) / 2
     low = int(ranks[int(math.floor(tail * (ranks.size - 1)))])
     high = int(ranks[int(math.ceil((1 - tail) * (ranks.size - 1)))])
     names = {rank: name for name, rank in _RANK.items()}
-    if low == high:
-        return point, ""
+    if low < 0:
+        failed = float((ranks < 0).mean())
+        return NOT_MEASURABLE, f"the effect or its control fails in {failed:.1%} of the bootstrap resamples"
     spread = f"the {LEVEL:.0%} bootstrap range of the verdict is {names[low]} … {names[high]}"
     if high - low == 2:
         return NOT_MEASURABLE, f"{spread}: too little data to decide"
-    return PARTLY, spread
+    verdict, reasons = point, []
+    if low != high:
+        verdict = PARTLY
+        reasons.append(spread)
+    majority = int(ranks[(ranks.size - 1) // 2])
+    if _RANK[verdict] > majority:
+        reasons.append(f"the verdict ({verdict}) would be stronger than the majority of resamples "
+                       f"({names[majority]})")  # fmt: skip
+        verdict = names[majority]
+    return verdict, "; ".join(reasons)
 
 
 def bootstrap_indices(n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
@@ -119,11 +136,38 @@ def bootstrap_indices(n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> np.n
     return np.random.default_rng(seed).integers(0, n_units, size=(n_boot, n_units))
 
 
-def resamples(units: Mapping[str, np.ndarray], n_boot: int = N_BOOT, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """`n_boot` bootstrap resamples of `units`: arrays of one length share their indices (paired units, e.g.
-    a head's value and its group), arrays of another length (another corpus's windows) get their own."""
+def stratified_indices(strata: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """(n_boot, n) indices of resamples drawn with replacement *within* each stratum (e.g. heads within their
+    layer), so every resample keeps each stratum's size."""
+    strata = np.asarray(strata)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_boot, strata.size), dtype=np.int64)
+    for label in np.unique(strata):
+        members = np.flatnonzero(strata == label)
+        out[:, members] = members[rng.integers(0, members.size, size=(n_boot, members.size))]
+    return out
+
+
+def resamples(units: Mapping[str, np.ndarray], n_boot: int = N_BOOT, seed: int = 0, strata: np.ndarray | None = None,
+              crossed: bool = False) -> list[dict[str, np.ndarray]]:  # fmt: skip
+    """`n_boot` bootstrap resamples of `units`.
+
+    Default: arrays of one length share their indices (paired units, e.g. a head's value and its group), arrays of
+    another length (another corpus's windows) get their own. `strata` (one label per unit of the arrays of that
+    length): resample within strata. `crossed`: every array is (W, D, ...) and both axes are resampled
+    independently (windows × draws jointly, the pigeonhole bootstrap of a crossed design).
+    """
+    if crossed:
+        shape = {np.shape(v)[:2] for v in units.values()}
+        if len(shape) != 1:
+            raise ValueError(f"crossed units need one (W, D) shape, got {sorted(shape)}")
+        W, D = shape.pop()
+        rows, cols = bootstrap_indices(W, n_boot, seed), bootstrap_indices(D, n_boot, seed + 1)
+        return [{k: np.asarray(v)[rows[b]][:, cols[b]] for k, v in units.items()} for b in range(n_boot)]
     lengths = sorted({len(v) for v in units.values()})
     draws = {n: bootstrap_indices(n, n_boot, seed + i) for i, n in enumerate(lengths)}
+    if strata is not None:
+        draws[len(strata)] = stratified_indices(strata, n_boot, seed)
     return [{k: np.asarray(v)[draws[len(v)][b]] for k, v in units.items()} for b in range(n_boot)]
 
 
@@ -137,6 +181,18 @@ def percentile_interval(values: np.ndarray, estimate: float) -> tuple[float, flo
     return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
+def deciding(effects: Effects) -> Effects:
+    """The effects a decision may read: every one but p-values (reported, never deciding)."""
+    return {name: value for name, value in effects.items() if "p_value" not in name}
+
+
+def too_few(claim: str, model: str, what: str, n: int, needed: int, evidence: dict | None = None,
+            thresholds: Mapping[str, float] | None = None) -> Verdict:  # fmt: skip
+    """`not measurable here: too few WHAT` (n of at least `needed`)."""
+    return Verdict(claim, model, NOT_MEASURABLE, dict(evidence or {}) | {f"n_{what.replace(' ', '_')}": n},
+                   dict(thresholds or {}), f"too few {what}: {n} (a verdict needs at least {needed})")  # fmt: skip
+
+
 def judge(
     claim: str,
     model: str,
@@ -146,51 +202,53 @@ def judge(
     thresholds: Mapping[str, float],
     *,
     over: str,
-    sensitive: tuple[str, ...] | None = None,
+    min_units: int | tuple[int, int] | None = None,
     fractions: tuple[str, ...] = (),
     evidence: dict | None = None,
-    min_units: int = 2,
     descriptive: bool = False,
-    cap: bool = True,
-    primary: Callable[[Mapping[str, np.ndarray], Mapping[str, float]], float] | None = None,
+    strata: np.ndarray | None = None,
+    crossed: bool = False,
     seed: int = 0,
     n_boot: int = N_BOOT,
 ) -> Verdict:
     """The verdict of one claim by the steps of this module.
 
-    `units`: arrays whose first axis is the resampling unit (see `resamples`), or empty for an exact test
-    (no interval; `over` then says why); `effects(units, thresholds)`
-    → `{name: value}` (the first is the primary effect, whose interval is reported); `decide(effects,
-    thresholds)` → verdict. `sensitive`: the thresholds varied (default: all). Fewer than `min_units` units →
-    `not measurable here` with the reason. `evidence` joins the effects in the record.
+    `units`: arrays whose first axis (with `crossed`, first two axes) is the resampling unit (see `resamples`),
+    or empty for an exact test (no interval; `over` then says why); `effects(units, thresholds)` → `{name:
+    value}` (the first is the primary effect, whose interval is reported); `decide(effects, thresholds)` →
+    verdict, called without p-values. `min_units`: the fewest units (with `crossed`: (windows, draws)) a
+    verdict needs, else `not measurable here: too few OVER`. Every threshold is varied (`fractions` on the odds
+    scale). `evidence` joins the effects in the record.
     """
     thresholds = dict(thresholds)
     base = dict(evidence or {})
     if not units:  # an exact test: no resampling unit, no interval
-        return _exact(claim, model, effects, decide, thresholds, (sensitive, fractions), base, over)
-    n = min(len(v) for v in units.values())
-    if n < min_units:
-        reason = f"only {n} {over} (at least {min_units} are needed for an interval)"
-        return Verdict(claim, model, NOT_MEASURABLE, base, thresholds, reason)
+        return _exact(claim, model, effects, decide, thresholds, fractions, base, over)
+    if min_units is None:
+        raise ValueError(f"{claim}: a verdict over units needs a stated minimum (min_units)")
+    shape = next(iter(units.values())).shape
+    counts = (min(len(v) for v in units.values()),) if not crossed else tuple(shape[:2])
+    needed = (min_units,) if isinstance(min_units, int) else tuple(min_units)
+    names = over.split(" × ") if crossed else [over]
+    for n, need, name in zip(counts, needed, names):
+        if n < need:
+            return too_few(claim, model, name, n, need, base, thresholds)
     point = effects(units, thresholds)
     name = next(iter(point))
-    if primary is not None and cap:
-        raise ValueError("a primary-only resample cannot cap the verdict: pass cap=False with primary")
-    compute = effects if primary is None else (lambda u, th: {name: primary(u, th)})
-    resampled_effects = [compute(resample, thresholds) for resample in resamples(units, n_boot, seed)]
+    resampled_effects = [effects(r, thresholds) for r in resamples(units, n_boot, seed, strata, crossed)]
     low, high = percentile_interval(np.array([e[name] for e in resampled_effects]), point[name])
     interval = {"effect": name, "estimate": point[name], "low": low, "high": high, "level": LEVEL,
-                "over": over, "n": n}  # fmt: skip
+                "over": over + (" (within strata)" if strata is not None else ""), "n": counts[0]}  # fmt: skip
     record = base | point
     if descriptive:
         return Verdict(claim, model, DESCRIPTIVE, record, thresholds, "the paper states a condition, not a frequency: "
                        "measured, not judged", interval=interval)  # fmt: skip
-    verdict = decide(point, thresholds)
+    verdict = decide(deciding(point), thresholds)
     if verdict == NOT_MEASURABLE:
         return Verdict(claim, model, verdict, record, thresholds, point_reason(point), interval=interval)
-    verdict, reason = capped(verdict, [decide(e, thresholds) for e in resampled_effects]) if cap else (verdict, "")
-    sensitivity = threshold_sensitivity(units, effects, decide, thresholds, sensitive, fractions)
-    verdict, reason = sensitive_verdict(verdict, reason, decide(point, thresholds), sensitivity)
+    verdict, reason = capped(verdict, [decide(deciding(e), thresholds) for e in resampled_effects])
+    sensitivity = threshold_sensitivity(units, effects, decide, thresholds, fractions)
+    verdict, reason = sensitive_verdict(verdict, reason, decide(deciding(point), thresholds), sensitivity)
     return Verdict(claim, model, verdict, record, thresholds, reason, interval=interval, sensitivity=sensitivity)
 
 
@@ -202,27 +260,27 @@ def scaled_threshold(value: float, scale: float, fraction: bool) -> float:
     return odds / (1 + odds)
 
 
-def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, sensitive, fractions=()) -> list[dict]:
-    """The point verdict with each threshold (of `sensitive`, default all) halved and doubled, one at a time
-    (the names in `fractions` on the odds scale)."""
+def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, fractions=()) -> list[dict]:
+    """The point verdict with every threshold halved and doubled, one at a time (the names in `fractions` on the
+    odds scale)."""
     out = []
-    for name in sensitive if sensitive is not None else tuple(thresholds):
+    for name in thresholds:
         for scale in SCALES:
             changed = thresholds | {name: scaled_threshold(thresholds[name], scale, name in fractions)}
             out.append({"threshold": name, "scale": scale, "value": changed[name],
-                        "verdict": decide(effects(units, changed), changed)})  # fmt: skip
+                        "verdict": decide(deciding(effects(units, changed)), changed)})  # fmt: skip
     return out
 
 
-def _exact(claim, model, effects, decide: Decide, thresholds: dict, varied: tuple, evidence: dict, note: str
+def _exact(claim, model, effects, decide: Decide, thresholds: dict, fractions: tuple, evidence: dict, note: str
            ) -> Verdict:  # fmt: skip
     """A claim decided by an exact computation (closed forms, certificates on every token): no interval."""
     point = effects({}, thresholds)
-    verdict = decide(point, thresholds)
+    verdict = decide(deciding(point), thresholds)
     record = evidence | point | {"interval_note": note}
     if verdict == NOT_MEASURABLE:
         return Verdict(claim, model, verdict, record, thresholds, point_reason(point))
-    sensitivity = threshold_sensitivity({}, effects, decide, thresholds, *varied)
+    sensitivity = threshold_sensitivity({}, effects, decide, thresholds, fractions)
     verdict, reason = sensitive_verdict(verdict, "", verdict, sensitivity)
     return Verdict(claim, model, verdict, record, thresholds, reason, sensitivity=sensitivity)
 
