@@ -18,7 +18,7 @@ from sinkscope.threads import choose_threads
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
 SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce",
-               "evict", "dense")
+               "evict", "dense", "prevalence")
 
 
 def build_parser() -> argparse.ArgumentParser:
