@@ -91,6 +91,23 @@ ROUTES: tuple[Route, ...] = (
     Route("low_norm_keys", lambda m, th: torch.ones_like(m.off)),
 )
 
+# Routes of architectures with another way to switch off (issue 37), added to the list above in `ALL_ROUTES`;
+# `classify` skips each where its input is absent, so `ALL_ROUTES` serves every model.
+# An output gate (Qwen3-Next): the attention alone would leave the output on — `ungated_out_norm`, ||Σ_j A[t,j] v_j||
+# before the gate, is above the limit — and the gate made it small. First: it overrides what the attention did.
+GATE_ROUTE = Route("gate", lambda m, th: m.extra["ungated_out_norm"].double() > m.limit, needs=("ungated_out_norm",))
+# A learned sink column (gpt-oss's s_aux) taking m_t ≥ 1 − δ of the row: the hard learned sink.
+LEARNED_SINK_ROUTE = Route("learned_sink", lambda m, th: m.extra["learned_sink"].double() >= 1 - th["delta"],
+                           needs=("learned_sink",))
+# Small values reached mostly through the learned sink column, below the hard cut (before BOS's partial route).
+LEARNED_PARTIAL_ROUTE = Route(
+    "learned_partial",
+    lambda m, th: m.extra["learned_sink"].double() >= torch.maximum(m.bos, torch.maximum(m.own, m.other)),
+    needs=("learned_sink",),
+)
+ALL_ROUTES: tuple[Route, ...] = (GATE_ROUTE, ROUTES[0], LEARNED_SINK_ROUTE, ROUTES[1], LEARNED_PARTIAL_ROUTE,
+                                 *ROUTES[2:])  # fmt: skip
+
 
 def route_masses(inputs: RouteInputs, tau: float) -> RouteMasses:
     """The per-query quantities the rules read (see `RouteMasses`), in float64."""
