@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.locking import CREATED, busy, describe, held, recover, temporary_file, temporary_prefix
-from sinkscope.ownership import foreign_entries, is_page, read_marker, write_marker
+from sinkscope.ownership import foreign_entries, is_page, kind_of, read_marker, write_marker
 
 _PLAIN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,63}")
 
@@ -164,6 +164,30 @@ def claimed_output(directory: str | Path, overwrite: bool = False, resume: bool 
             if created and directory.is_dir() and not any(directory.iterdir()):
                 directory.rmdir()
             raise
+
+
+@contextmanager
+def claimed_workspace(directory: str | Path, kind: str) -> Iterator[Path]:
+    """`claimed_output` for a folder a command fills section by section and reuses on a rerun (`reproduce`): it must
+    be new, empty, or stamped as `kind` by an earlier run of that command; anything else is refused in one line.
+    Its sections are replaced only when their own markers prove sinkscope wrote them (`staged_directory`)."""
+    directory = real_target(output_path(directory))
+
+    def check() -> None:
+        if directory.exists() and not directory.is_dir():
+            raise SinkscopeError(f"--out {directory} exists and is not a directory; choose another --out")
+        if directory.is_dir() and any(directory.iterdir()) and kind_of(directory) != kind:
+            raise SinkscopeError(
+                f"--out {directory} holds files that are not the output of an earlier sinkscope {kind}, so {kind} "
+                "will not write into it (it replaces its own sections, tables and pages there); choose another --out"
+            )
+
+    check()
+    with claimed_output(directory, resume=True):
+        check()
+        if kind_of(directory) is None:
+            write_marker(directory, kind)
+        yield directory
 
 
 @contextmanager

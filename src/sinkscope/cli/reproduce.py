@@ -62,6 +62,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from sinkscope.reproduction.config import ReproduceConfig
     from sinkscope.reproduction.run import reproduce
+    from sinkscope.staging import claimed_workspace
 
     overrides = dict(models=args.models, corpora=args.corpora, seq_len=args.seq_len, seed=args.seed,
                      device=args.device, dtype=args.dtype, regimes_from=args.regimes_from)  # fmt: skip
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     config = ReproduceConfig.preset(args.quick, **overrides)
-    summary = reproduce(config, args.out)
+    with claimed_workspace(args.out, "reproduce"):  # one reproduce per --out; never into a folder of other files
+        summary = reproduce(config, args.out)
     width = max(len(v["claim"]) for v in summary["verdicts"])
     for verdict in summary["verdicts"]:
         where = verdict["model"] + (f" · {verdict['corpus']}" if verdict.get("corpus") else "")

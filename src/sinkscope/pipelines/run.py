@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.locking import is_held
 from sinkscope.staging import check_replaceable, staged_directory
 
 TABLES = ("heads", "layers", "positions")
@@ -35,7 +36,8 @@ class Run:
     def save(self, directory: str | Path, *, overwrite: bool = False, report: bool = True) -> Path:
         """Write the run directory atomically; `report` also draws the figures and report.html."""
         directory = Path(directory)
-        ensure_writable(directory, overwrite)
+        if not is_held(directory):  # a claimed --out was checked at the start; if its place is taken now, the
+            ensure_writable(directory, overwrite)  # staged save below keeps the result beside it instead
         with staged_directory(directory, kind="run") as staging:
             (staging / "run.json").write_text(json.dumps(self.meta, indent=2, default=str))
             for name in TABLES:

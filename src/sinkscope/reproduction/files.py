@@ -4,31 +4,23 @@ stamped with the settings they were computed with, so a rerun can tell a finishe
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sinkscope.ownership import register
+from sinkscope.staging import staged_directory
+
 
 @contextmanager
 def swapped_directory(directory: Path) -> Iterator[Path]:
-    """Yield an empty sibling to write; when the block finishes it replaces `directory` (which only
-    `sinkscope reproduce` writes), when it raises it is removed and `directory` is left as it was."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.partial-"))
-    try:
+    """Yield an empty sibling to write; when the block finishes it replaces `directory` (`staging.staged_directory`:
+    under the lock, stamped with the ownership marker, and only over a section sinkscope wrote), when it raises it
+    is removed and `directory` is left as it was."""
+    with staged_directory(directory, kind="reproduce-section") as staging:
         yield staging
-        staging.chmod(0o755)  # mkdtemp makes it private
-        if directory.exists():
-            shutil.rmtree(directory)
-        staging.rename(directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 KEY_FILE = "reproduce-key.json"  # in every section directory: the settings it was computed with
@@ -57,3 +49,4 @@ def is_fresh(directory: Path, key: dict) -> bool:
 def write_key(directory: Path, key: dict) -> None:
     """Mark `directory` as a finished section computed with `key` (written last, after the section is whole)."""
     (directory / KEY_FILE).write_text(json.dumps(_normal(key), indent=2, sort_keys=True))
+    register(directory, KEY_FILE)  # listed in the section's ownership marker: a rerun may replace it

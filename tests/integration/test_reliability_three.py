@@ -1,0 +1,284 @@
+"""Issue 32: nothing of the user's is ever deleted, no result silently mixes two inputs, no name breaks a figure.
+
+Each test is one item of the issue; where the item is about processes and signals it uses real ones (SIGKILL
+between the two renames of a replacement, a writer in another PID namespace via `unshare --pid`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sinkscope.cli.main import main
+from sinkscope.locking import host_tag
+from sinkscope.staging import claimed_output, claimed_workspace
+
+from . import test_reliability_two as two
+from .test_reliability_two import analyze_args, one_error, snapshot, wait_for
+
+tiny, no_model, no_report = two.tiny, two.no_model, two.no_report  # the fixtures of round two
+
+
+def project(root: Path) -> Path:
+    """A user's folder that merely holds a file named run.json (and summary.json, ablation.json)."""
+    root.mkdir()
+    for name in ("run.json", "summary.json", "ablation.json"):
+        (root / name).write_text("{}")
+    (root / "thesis.tex").write_text("precious")
+    (root / "src").mkdir()
+    (root / "src" / "main.py").write_text("print('mine')")
+    (root / "report.html").write_text("<html>my own page</html>")
+    return root
+
+
+# --- 1. only what sinkscope can prove it wrote is replaced ------------------------------------------------------
+
+
+def test_overwrite_never_deletes_a_folder_holding_a_file_named_like_a_result(tiny, tmp_path, capsys, no_model):
+    model, corpus = tiny
+    mine = project(tmp_path / "mine")
+    before = snapshot(mine)
+    commands = {
+        "analyze": analyze_args(tiny, "--out", str(mine), "--overwrite"),
+        "cost": ["cost", "--T", "4", "--out", str(mine), "--overwrite"],
+        "train-bb": ["train-bb", "--out", str(mine), "--overwrite"],
+        "ablate": ["ablate", "--model", str(model), "--corpus", str(corpus), "--seq-len", "12", "--max-windows", "2",
+                   "--out", str(mine), "--overwrite"],  # fmt: skip
+    }
+    for name, argv in commands.items():
+        line = one_error(capsys, argv)
+        assert "so --overwrite will not delete it" in line, f"{name}: {line}"
+    line = one_error(capsys, ["report", str(mine), "--out", str(mine / "report.html")])
+    assert "report.html exists and is not a page sinkscope wrote" in line or "not a sinkscope run" in line, line
+    assert snapshot(mine) == before
+
+
+def test_overwrite_refuses_a_run_the_user_added_files_to(tiny, tmp_path, capsys, no_report):
+    out = tmp_path / "run"
+    assert main(analyze_args(tiny, "--out", str(out))) == 0
+    (out / "figures").mkdir(exist_ok=True)
+    (out / "figures" / "my_plot.pdf").write_text("mine")
+    line = one_error(capsys, analyze_args(tiny, "--out", str(out), "--overwrite"))
+    assert "holds files sinkscope did not write (" in line and "figures/my_plot.pdf" in line
+    shutil.rmtree(out / "figures")  # (no_report: the run itself has no figures)
+    assert main(["export", str(out), "--format", "csv"]) == 0  # an export inside the run goes with it
+    assert main(analyze_args(tiny, "--out", str(out), "--overwrite", "--max-windows", "4")) == 0
+    assert json.loads((out / "run.json").read_text())["corpus"]["windows"] == 4
+
+
+# --- 2. reproduce follows the same rules --------------------------------------------------------------------------
+
+
+def test_reproduce_never_writes_into_other_files_nor_runs_twice_on_one_out(tmp_path, capsys):
+    mine = project(tmp_path / "mine")
+    (mine / "figures").mkdir()
+    (mine / "figures" / "fig1.png").write_bytes(b"my figure")
+    before = snapshot(mine)
+    line = one_error(capsys, ["reproduce", "--quick", "--out", str(mine)])
+    assert "holds files that are not the output of an earlier sinkscope reproduce" in line
+    assert snapshot(mine) == before
+    out = tmp_path / "repro"
+    with claimed_workspace(out, "reproduce"):  # a first reproduce still running on `out`
+        assert "is being written by another sinkscope process" in one_error(capsys, ["reproduce", "--out", str(out)])
+    # inside a reproduce output, a section folder the user filled is not replaced; the new section is kept beside it
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.reproduction.files import swapped_directory
+
+    with claimed_workspace(out, "reproduce"):
+        (out / "figures").mkdir()
+        (out / "figures" / "mine.png").write_bytes(b"mine")
+        with pytest.raises(SinkscopeError, match="the finished result is kept in"):
+            with swapped_directory(out / "figures") as staging:
+                (staging / "new.png").write_bytes(b"new")
+    assert (out / "figures" / "mine.png").read_bytes() == b"mine"
+    assert [p.name for p in out.glob("figures.unsaved-*/new.png")] == ["new.png"]
+
+
+# --- 3. a replacement killed between its two renames is finished, never deleted ----------------------------------
+
+KILL_BETWEEN_RENAMES = """
+import json, os, pathlib, signal, sys
+real = pathlib.Path.rename
+def rename(self, target):
+    result = real(self, target)
+    if "-old-" in pathlib.Path(target).parent.name:  # the old result has moved aside; the new one has not moved in
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+pathlib.Path.rename = rename
+from sinkscope.staging import claimed_output, staged_directory
+out = pathlib.Path(sys.argv[1])
+with claimed_output(out, overwrite=True):  # what `analyze --overwrite` does around its save (Run.save)
+    with staged_directory(out, kind="run") as staging:
+        (staging / "run.json").write_text(json.dumps({"corpus": {"windows": 4}}))
+"""
+
+
+def fake_run(out: Path, windows: int) -> None:
+    """A run directory as `Run.save` stages it (the analysis itself is not the point here)."""
+    from sinkscope.staging import staged_directory
+
+    with staged_directory(out, kind="run") as staging:
+        (staging / "run.json").write_text(json.dumps({"corpus": {"windows": windows}}))
+
+
+def killed_between_renames(out: Path) -> None:
+    fake_run(out, 6)
+    child = subprocess.run([sys.executable, "-c", KILL_BETWEEN_RENAMES, str(out)], capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert child.returncode == -9, child.stderr
+
+
+def windows(out: Path) -> int:
+    return json.loads((out / "run.json").read_text())["corpus"]["windows"]
+
+
+def test_sigkill_between_the_two_renames_is_recovered_not_deleted(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    killed_between_renames(out)
+    old = [p for p in tmp_path.glob(".run.partial-*-old-*")]
+    new = [p for p in tmp_path.glob(".run.partial-*") if "-old-" not in p.name]
+    assert not out.exists() and len(old) == 1 and len(new) == 1 and windows(old[0] / "run") == 6
+    # the next command on that --out fails on a typo in --model: it still finishes the replacement first
+    typo = [*analyze_args(tiny, "--out", str(out), "--overwrite"), "--model", "no/such/model"]
+    assert "unknown model" in one_error(capsys, typo)
+    assert windows(out) == 4  # the whole new result, in place
+    assert not list(tmp_path.glob(".run.partial-*"))
+
+
+def test_a_replacement_without_a_whole_new_result_puts_the_old_one_back(tiny, tmp_path, capsys, no_model):
+    out = tmp_path / "run"
+    killed_between_renames(out)
+    (new,) = [p for p in tmp_path.glob(".run.partial-*") if "-old-" not in p.name]
+    (new / ".sinkscope-result.json").unlink()  # as if the new one were not whole
+    assert "already exists" in one_error(capsys, analyze_args(tiny, "--out", str(out)))
+    assert windows(out) == 6  # the old result is back
+    assert not list(tmp_path.glob(".run.partial-*"))
+
+
+# --- 4. clean-up only under the lock; a lock and a temporary name their host ---------------------------------------
+
+WRITER = """
+import pathlib, sys, time
+from sinkscope.staging import claimed_output, staged_directory
+out, ready, go = map(pathlib.Path, sys.argv[1:4])
+with claimed_output(out):
+    with staged_directory(out) as staging:
+        (staging / "run.json").write_text("{}")
+        ready.write_text(staging.name)
+        while not go.exists():
+            time.sleep(0.05)
+print("saved")
+"""
+# PID 1 of the new namespace: spawn until the next PID is one the host does not run (its /proc is the host's), then
+# start the writer with it, so "its PID is not running here" is true of a live writer.
+IN_ANOTHER_NAMESPACE = """
+import os, subprocess, sys
+while True:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    if not os.path.exists(f"/proc/{child.pid + 1}"):
+        break
+sys.exit(subprocess.run([sys.executable, "-c", sys.argv[1], *sys.argv[2:]]).returncode)
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare --pid (root)")
+def test_a_writer_in_another_pid_namespace_is_neither_cleaned_up_nor_raced(tiny, tmp_path, capsys, no_report):
+    out, ready, go = tmp_path / "run", tmp_path / "ready", tmp_path / "go"
+    writer = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-c", IN_ANOTHER_NAMESPACE, WRITER,
+                               str(out), str(ready), str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for(ready, writer)
+    staging = tmp_path / ready.read_text()
+    pid = int(staging.name.split(".partial-")[1].split("@")[0])
+    assert not Path(f"/proc/{pid}").exists(), "its PID happens to run here too; the test proves nothing"
+    line = one_error(capsys, analyze_args(tiny, "--out", str(out)))
+    assert "is being written by another sinkscope process" in line
+    # a command on a sibling --out with the same name prefix never touches it either
+    assert main(analyze_args(tiny, "--out", str(tmp_path / "run2"))) == 0
+    assert staging.is_dir()
+    go.touch()
+    stdout, stderr = writer.communicate(timeout=120)
+    assert writer.returncode == 0 and "saved" in stdout, stderr
+    assert (out / "run.json").read_text() == "{}"
+
+
+def test_temporaries_of_another_host_are_left_and_a_fixed_pid_is_no_proof(tiny, tmp_path, capsys, no_report):
+    foreign = tmp_path / ".run.partial-999999@0badf00d-x1"  # another host's (shared file system)
+    foreign.mkdir()
+    own_pid = tmp_path / f".run.partial-{os.getpid()}@{host_tag()}-x2"  # a killed container that also ran as this PID
+    own_pid.mkdir()
+    assert main(analyze_args(tiny, "--out", str(tmp_path / "run"))) == 0
+    err = capsys.readouterr().err
+    assert foreign.is_dir() and "a process on another host or PID namespace; it is left alone" in err
+    assert not own_pid.exists()
+
+
+def test_clean_up_waits_for_the_lock(tiny, tmp_path, capsys, no_report):
+    """A dead writer's temporary is not touched by a command that cannot take the lock (another process is saving)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    partial = tmp_path / f".run.partial-{dead.pid}@{host_tag()}-x3"
+    out = tmp_path / "run"
+    with claimed_output(out):
+        partial.mkdir()
+        assert "is being written by another" in one_error(capsys, analyze_args(tiny, "--out", str(out)))
+        assert partial.is_dir()
+
+
+def test_a_lock_names_its_host_and_one_of_another_host_is_not_taken_over(tiny, tmp_path, capsys, no_report):
+    out = tmp_path / "run"
+    with claimed_output(out):
+        holder = json.loads((tmp_path / ".run.lock").read_text())
+    assert holder["pid"] == os.getpid() and holder["tag"] == host_tag() and holder["host"]
+    (tmp_path / ".run.lock").write_text(json.dumps({"pid": 7, "host": "node-b", "tag": "0badf00d"}))
+    line = one_error(capsys, analyze_args(tiny, "--out", str(out), "--overwrite"))
+    assert "(pid 7 on host node-b)" in line and ".run.lock" in line
+
+
+# --- 5. an --out inside a claimed --out ------------------------------------------------------------------------
+
+
+def test_a_result_whose_place_was_taken_meanwhile_is_kept_beside_it(tiny, tmp_path, capsys, no_report):
+    from sinkscope.pipelines.run import Run
+
+    assert main(analyze_args(tiny, "--out", str(tmp_path / "done"))) == 0
+    run = Run.load(tmp_path / "done")
+    # a file dropped into the claimed folder while it runs: the finished result is kept, never dropped
+    second = tmp_path / "runs" / "m"
+    with claimed_output(second):
+        (second / "notes.txt").write_text("mine")
+        with pytest.raises(Exception, match="the finished result is kept in"):
+            run.save(second, overwrite=True)  # what `sinkscope analyze` does once the analysis is done
+    (kept,) = second.parent.glob("m.unsaved-*")
+    assert (kept / "run.json").is_file() and (second / "notes.txt").read_text() == "mine"
+
+
+def test_two_processes_one_claims_the_other_nests_inside(tiny, tmp_path, capsys, no_model):
+    """The race of item 5 with a real first process: it holds `runs/n` (as `analyze` does from its start to its
+    save); a second `analyze --out runs/n/sub` is refused before its model loads; the first then saves its result."""
+    out, ready, go = tmp_path / "runs" / "n", tmp_path / "ready", tmp_path / "go"
+    holder = """
+import json, pathlib, sys, time
+from sinkscope.staging import claimed_output, staged_directory
+out, ready, go = map(pathlib.Path, sys.argv[1:4])
+with claimed_output(out):
+    ready.touch()
+    while not go.exists():
+        time.sleep(0.05)
+    with staged_directory(out, kind="run") as staging:
+        (staging / "run.json").write_text(json.dumps({"corpus": {"windows": 5}}))
+"""
+    first = subprocess.Popen([sys.executable, "-c", holder, str(out), str(ready), str(go)], stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    wait_for(ready, first)
+    line = one_error(capsys, analyze_args(tiny, "--out", str(out / "sub")))
+    go.touch()
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert f"lies inside {out}, which another sinkscope process (pid {first.pid})" in line
+    assert windows(out) == 5 and not (out / "sub").exists()
