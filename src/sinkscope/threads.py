@@ -47,6 +47,20 @@ def usable_cpus(cpu_max: Path | None = None) -> int:
     return max(1, cpus)
 
 
+def load_share(cpus: int) -> float:
+    """The 1-minute load average × cpus / os.cpu_count(): the part of the machine's load on this process's CPUs."""
+    if not hasattr(os, "getloadavg"):
+        return 0.0
+    return os.getloadavg()[0] * cpus / (os.cpu_count() or cpus)
+
+
+def slowdown() -> float:
+    """How much longer a one-thread step takes now than on a quiet machine: `max(1, (load + 1) / cpus)`, one CPU's
+    share when `load` other runnable threads and this one share `cpus` CPUs evenly."""
+    cpus = usable_cpus()
+    return max(1.0, (load_share(cpus) + 1) / cpus)
+
+
 def auto_threads(cpus: int, load: float) -> int:
     """`clamp(round(cpus − load), 1, cpus)`: one thread per CPU that the load leaves free (halves round up)."""
     return max(1, min(cpus, math.floor(cpus - load + 0.5)))
@@ -61,14 +75,24 @@ def choose_threads(requested: int | str | None = None, omp: str | None = None) -
     if omp.strip().isdigit() and int(omp) >= 1:
         return ThreadChoice(int(omp), f"OMP_NUM_THREADS={int(omp)}; --threads N to choose")
     cpus = usable_cpus()
-    machine = os.cpu_count() or cpus
-    load = os.getloadavg()[0] * cpus / machine if hasattr(os, "getloadavg") else 0.0
+    load = load_share(cpus)
     threads = auto_threads(cpus, load)
     return ThreadChoice(
         threads,
         f"auto: this process may use {cpus} CPU{'s' if cpus != 1 else ''}, which carry a load of {load:.1f}; "
         "--threads N to choose",
     )
+
+
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # numpy's and scipy's BLAS read them when first loaded
+
+
+def limit_blas_threads(threads: int) -> None:
+    """Give numpy's BLAS (the geometry step's solvers) the same thread count as torch, where the user set none.
+    Effective only before numpy is first imported, which the CLI does not do before a command runs; torch's own
+    count is `torch.set_num_threads`."""
+    for name in BLAS_VARIABLES:
+        os.environ.setdefault(name, str(threads))
 
 
 def parse_threads(text: str) -> int | str:

@@ -42,6 +42,13 @@ def test_choose_threads_shares_the_machine_load_over_this_process_cpus(monkeypat
     assert choose_threads(3) == threads.ThreadChoice(3, "--threads 3")  # an explicit count is kept
 
 
+def test_slowdown_is_one_cpus_share_under_load(monkeypatch, tmp_path):
+    machine(monkeypatch, tmp_path, affinity=2, cpu_count=2, load=15.0, cpu_max=None)
+    assert threads.slowdown() == 8.0  # 16 runnable threads on 2 CPUs: each gets 1/8 of one
+    machine(monkeypatch, tmp_path, affinity=2, cpu_count=2, load=0.3, cpu_max=None)
+    assert threads.slowdown() == 1.0
+
+
 def test_a_cgroup_quota_caps_the_cpus_and_omp_num_threads_wins(monkeypatch, tmp_path):
     machine(monkeypatch, tmp_path, affinity=8, cpu_count=8, load=0.0, cpu_max="150000 100000")  # 1.5 CPUs of quota
     assert usable_cpus(threads.CPU_MAX) == 2 and choose_threads().threads == 2
@@ -58,12 +65,15 @@ def test_the_cli_applies_the_choice_and_analyze_prints_it_first(monkeypatch, tmp
     from sinkscope.cli.main import main
 
     machine(monkeypatch, tmp_path, affinity=2, cpu_count=2, load=9.0, cpu_max=None)
+    for name in threads.BLAS_VARIABLES:  # absent again after the test
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         # analyze refuses the missing corpus after printing its first line, before any model loads
         assert main(["analyze", "--corpus", str(tmp_path / "none.txt"), "--out", str(tmp_path / "run")]) == 2
-        assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1 and os.environ["OPENBLAS_NUM_THREADS"] == "1"  # numpy's BLAS too
         first = capsys.readouterr().err.splitlines()[0]
         assert first == ("sinkscope analyze: 1 CPU thread (auto: this process may use 2 CPUs, which carry a load of "
                          "9.0; --threads N to choose)")  # fmt: skip

@@ -167,14 +167,16 @@ def token_line(tokens: dict, corpus: str, seq_len: int, max_windows: int) -> str
     return f"analysed all {tokens['analysed']} tokens of {corpus} in {windows}{twice}; {dropped}"
 
 
-def geometry_note(n_layers: int, contexts: int) -> str:
-    """What the geometry step after the pass computes, why, its estimated time, and how to skip it."""
+def geometry_note(n_layers: int, contexts: int, slowdown: float = 1.0) -> str:
+    """What the geometry step after the pass computes, why, its estimated time (quiet, times `slowdown`: see
+    `sinkscope.threads.slowdown`), and how to skip it."""
     seconds = GEOMETRY_SECONDS_PER_LAYER * n_layers * (contexts / 256) ** 2
+    busy = f" on this busy machine (load: ×{slowdown:.1f})" if slowdown > 1.5 else ""
     return (
         f"sinkscope analyze: after the pass, the geometry step (optional; --geometry-cap 0 skips it) solves, per "
         f"layer, two small convex problems on {contexts} sampled attention inputs: can one fixed key direction "
         f"make BOS the sink of every query (half-space certificates γ1, γ2, layers.parquet; docs/theory/geometry.md)? "
-        f"Estimate: about {max(1, round(seconds))} s for {n_layers} layers on a quiet machine, longer on a busy one"
+        f"Estimate: about {max(1, round(seconds * slowdown))} s for {n_layers} layers{busy}"
     )
 
 
@@ -185,6 +187,7 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     from sinkscope.pipelines.analysis import analyze, check_seq_len
     from sinkscope.pipelines.checkpoint import remove_checkpoint
     from sinkscope.pipelines.distributed import distributed_context
+    from sinkscope.threads import slowdown
 
     with distributed_context(args.device) as group:  # under torchrun: one process (and GPU) per rank
         rank = group.rank
@@ -207,8 +210,8 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
                   f"{available}", file=sys.stderr)  # fmt: skip
         if rank == 0 and config.geometry_cap > 0:
             windows_known = available if available is not None else args.max_windows
-            print(geometry_note(len(lm.layers), min(config.geometry_cap, windows_known * (args.seq_len - 1))),
-                  file=sys.stderr)  # fmt: skip
+            contexts = min(config.geometry_cap, windows_known * (args.seq_len - 1))
+            print(geometry_note(len(lm.layers), contexts, slowdown()), file=sys.stderr)
         result = analyze(
             lm, stream, config, progress=not args.quiet, checkpoint_dir=checkpoint_dir,
             checkpoint_every=args.checkpoint_every, resume=args.resume, smoothing=args.smoothing,

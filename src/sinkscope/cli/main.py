@@ -14,7 +14,7 @@ import threading
 
 from sinkscope.cli.options import apply_threads
 from sinkscope.errors import SinkscopeError
-from sinkscope.threads import choose_threads
+from sinkscope.threads import choose_threads, limit_blas_threads
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
 SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce",
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if hasattr(args, "threads"):  # --threads N or auto, before the command starts torch's thread pool
             args.thread_choice = choose_threads(args.threads)
+            limit_blas_threads(args.thread_choice.threads)  # numpy is not imported yet: its BLAS reads this
             apply_threads(args.thread_choice.threads)
         return int(args.func(args) or 0)
     except SinkscopeError as err:
