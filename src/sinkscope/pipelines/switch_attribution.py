@@ -13,6 +13,9 @@ attention) are not in the table.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import torch
 from torch import Tensor
@@ -109,3 +112,28 @@ def attribution_table(counts: Tensor, queries: Tensor, routes: tuple[Route, ...]
             row["unexplained"] = n[-1]
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def route_totals(table: pd.DataFrame) -> dict[str, float]:
+    """Shares of all switched-off (head, query) pairs of the model by route, and the model's off fraction."""
+    names = [c.removeprefix("share_") for c in table.columns if c.startswith("share_")]
+    off = int(table["n_off"].sum())
+    totals = {name: int(table[f"n_{name}"].sum()) / off if off else float("nan") for name in names}
+    return {"off_frac": off / int(table["n_queries"].sum()), "n_off": off, "shares": totals}
+
+
+def save_attribution(out: str | Path, table: pd.DataFrame, meta: dict) -> dict:
+    """Write `attribution.parquet`, `attribution.csv`, `attribution.json` (meta and `route_totals`) and
+    `figures/attribution.png` into `out`; returns the JSON's content."""
+    from sinkscope.report.attribution_section import attribution_figure
+    from sinkscope.report.plots import figure_png
+    from sinkscope.staging import staged_file_bytes
+
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    staged_file_bytes(out / "attribution.parquet", table.to_parquet(index=False))
+    staged_file_bytes(out / "attribution.csv", table.to_csv(index=False).encode())
+    summary = {**meta, **route_totals(table)}
+    staged_file_bytes(out / "attribution.json", json.dumps(summary, indent=2).encode())
+    staged_file_bytes(out / "figures" / "attribution.png", figure_png(attribution_figure(table, f" · {meta.get('model', '')}")))
+    return summary
