@@ -282,3 +282,87 @@ with claimed_output(out):
     assert first.wait(timeout=120) == 0, first.stderr.read()
     assert f"lies inside {out}, which another sinkscope process (pid {first.pid})" in line
     assert windows(out) == 5 and not (out / "sub").exists()
+
+
+# --- 6-8. a result is reused only when its inputs are the same content ------------------------------------------
+
+
+def change_weights_in_place(model: Path) -> None:
+    """Rewrite the model's weights with other values (same file, same size, same names)."""
+    from safetensors.torch import load_file, save_file
+
+    path = model / "model.safetensors"
+    state = load_file(str(path))
+    save_file({name: tensor * 1.5 for name, tensor in state.items()}, str(path), metadata={"format": "pt"})
+
+
+@pytest.fixture
+def own_tiny(tmp_path):
+    from .tiny_checkpoint import save_tiny_llama, write_corpus
+
+    return save_tiny_llama(tmp_path / "model"), write_corpus(tmp_path / "corpus.txt", documents=60)
+
+
+def test_resume_after_the_weights_changed_in_place_is_refused(own_tiny, tmp_path, capsys, monkeypatch, no_report):
+    from .test_reliability import interrupt_after_checkpoints
+
+    out = tmp_path / "long"
+    args = analyze_args(own_tiny, "--out", str(out), "--checkpoint-every", "2")
+    with monkeypatch.context() as patch:
+        interrupt_after_checkpoints(patch, 1)
+        one_error(capsys, args, code=130)
+    change_weights_in_place(own_tiny[0])
+    line = one_error(capsys, [*args, "--resume"])
+    assert "belongs to a different analysis (model.weights.model.safetensors:" in line, line
+    assert not out.exists()
+    # a path given as ./corpus.txt where the checkpoint recorded corpus.txt is the same file (item 16)
+    args = [a if a != str(own_tiny[1]) else "corpus.txt" for a in args]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".long.checkpoint").rename(tmp_path / ".old.checkpoint")
+    with monkeypatch.context() as patch:
+        interrupt_after_checkpoints(patch, 1)
+        one_error(capsys, args, code=130)
+    assert main([*[a if a != "corpus.txt" else "./corpus.txt" for a in args], "--resume"]) == 0
+    weights = json.loads((out / "run.json").read_text())["model"]["weights"]["model.safetensors"]
+    stat = (own_tiny[0] / "model.safetensors").stat()
+    assert weights == [stat.st_size, stat.st_mtime_ns]  # recorded in run.json
+
+
+def test_a_sweep_rerun_recomputes_cells_whose_corpus_or_model_changed(own_tiny, tmp_path, capsys):
+    import hashlib
+
+    model, corpus = own_tiny
+    out = tmp_path / "sw"
+    args = ["sweep", "--models", str(model), "--corpora", str(corpus), "--epsilons", "0.3", "--max-windows", "2",
+            "--batch-size", "2", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main([*args, "--seq-lens", "8"]) == 0
+    text = corpus.read_text().split("\n\n")
+    corpus.write_text("\n\n".join(reversed(text)))  # other text, same file
+    capsys.readouterr()
+    assert main([*args, "--seq-lens", "8,10"]) == 0  # a new T in the same rerun
+    err = capsys.readouterr().err
+    assert "T=8: its model's weights or its corpus's text changed since it was computed: recomputing" in err
+    digest = hashlib.sha256(corpus.name.encode() + b"\0" + corpus.read_bytes()).hexdigest()
+    for cell in (out / "cells").iterdir():  # every cell of the table was computed on the text now in the file
+        assert json.loads((cell / "run.json").read_text())["sweep_cell"]["content"]["corpus"]["sha256"] == digest
+    change_weights_in_place(model)
+    assert main([*args, "--seq-lens", "8,10"]) == 0
+    assert capsys.readouterr().err.count("recomputing") == 2
+    assert main([*args, "--seq-lens", "8,10"]) == 0  # nothing changed: both reused
+    assert capsys.readouterr().err.count("finished before, skipped") == 2
+
+
+def test_a_train_bb_grid_reuses_a_run_only_when_trained_with_the_same_configuration(tmp_path, capsys, no_bb_page):
+    tiny_bb = two.TINY_BB
+    out, grid = tmp_path / "g", tmp_path / "grid.json"
+    grid.write_text(json.dumps({"a": {}}))
+    assert main(["train-bb", "--out", str(out), "--grid", str(grid), *tiny_bb]) == 0
+    capsys.readouterr()
+    assert main(["train-bb", "--out", str(out), "--grid", str(grid), *tiny_bb, "--set", "train.lr=0.01"]) == 0
+    assert "was trained with another configuration (its config.json): training it again" in capsys.readouterr().err
+    assert json.loads((out / "a" / "config.json").read_text())["train"]["lr"] == 0.01
+    assert main(["train-bb", "--out", str(out), "--grid", str(grid), *tiny_bb, "--set", "train.lr=0.01"]) == 0
+    assert "training it again" not in capsys.readouterr().err
+
+
+no_bb_page = two.no_bb_page

@@ -120,6 +120,23 @@ def _dequantized_gguf(path: Path, sha256: str) -> Path:
     return target
 
 
+def weights_identity(name_or_path: str) -> dict:
+    """What a model's weights are, without loading it, recorded in run.json and compared before a result is reused
+    (resume, sweep cells): size and mtime (ns) of each weight, index and config file of a model directory or of a
+    `.gguf` file; the pinned sha256 of an embedded model; {} for a hub id (its cache is content-addressed)."""
+    if name_or_path in EMBEDDED:
+        return {"sha256": EMBEDDED[name_or_path].sha256}
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".gguf", ".bin")
+                       or p.name in ("config.json", "model.safetensors.index.json")))  # fmt: skip
+    else:
+        return {}
+    return {file.name: [file.stat().st_size, file.stat().st_mtime_ns] for file in files}
+
+
 def _cache_error(target: Path, err: OSError) -> str:
     return (
         f"cannot write the model cache {target}: {err.strerror or err}; free space there or set SINKSCOPE_CACHE to "
@@ -256,6 +273,7 @@ def load_model(
     model.eval().requires_grad_(False)
     config = getattr(model.config, "text_config", None) or model.config
     identity.update(
+        weights=weights_identity(name_or_path),
         model_type=config.model_type,
         family=family.name,
         dtype=dtype,

@@ -11,6 +11,7 @@ the window index).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -
         raise SinkscopeError(f"checkpoint {path} lacks its metadata ({err}); {fix}") from None
     except Exception as err:  # safetensors raises its own error types on a file that is not safetensors
         raise SinkscopeError(f"checkpoint {path} is damaged ({type(err).__name__}: {str(err)[:120]}); {fix}") from None
-    expected = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+    expected = _same_paths(json.loads(json.dumps(fingerprint, sort_keys=True, default=str)))
+    saved = _same_paths(saved)
     if saved != expected:
         raise SinkscopeError(
             f"checkpoint {path} belongs to a different analysis ({'; '.join(_differences(saved, expected))}); "
@@ -95,6 +97,16 @@ def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -
             f"checkpoint {path} is damaged (its state counts {feed.windows} windows, its metadata {windows}); {fix}"
         )
     return feed.windows, windows_sha256
+
+
+def _same_paths(fingerprint: dict) -> dict:
+    """`fingerprint` with its corpus file named by absolute path (`./corpus.txt` and `corpus.txt` are one file;
+    the text itself is compared by content, `windows_sha256`)."""
+    corpus = fingerprint.get("corpus")
+    source = corpus.get("source") if isinstance(corpus, dict) else None
+    if isinstance(source, str) and source and not source.startswith(("builtin:", "hf:")):
+        fingerprint = {**fingerprint, "corpus": {**corpus, "source": os.path.abspath(os.path.expanduser(source))}}
+    return fingerprint
 
 
 def _differences(saved: dict, expected: dict, prefix: str = "") -> list[str]:

@@ -139,17 +139,28 @@ def _saved_settings(directory: Path) -> dict | None:
     return meta["sweep_cell"]
 
 
-def finished_cell(directory: Path, settings: dict) -> bool:
-    """Whether `directory` holds a cell computed with `settings`; a cell computed otherwise is refused."""
+def finished_cell(directory: Path, settings: dict, content: dict | None = None) -> bool:
+    """Whether `directory` holds a cell computed with `settings` on inputs of this `content` (`cell_content`); a
+    cell computed with other settings is refused, one whose model or corpus changed since is not finished."""
     if not (directory / "run.json").is_file():
         return False
-    saved = _saved_settings(directory)
+    saved = dict(_saved_settings(directory) or {})
+    saved_content = saved.pop("content", None)
     if saved != settings:
-        changed = sorted(k for k in settings if (saved or {}).get(k) != settings[k])
+        changed = sorted(k for k in settings if saved.get(k) != settings[k])
         raise SinkscopeError(
             f"{directory} was computed with other settings ({', '.join(changed)}); use another --out or delete it"
         )
-    return True
+    return content is None or saved_content == content
+
+
+def cell_content(model: str, corpus: str) -> dict:
+    """The content of a cell's inputs: its model's weight files and its corpus's text (`weights_identity`,
+    `source_identity`), so a rerun after either changed recomputes the cell instead of reusing it."""
+    from sinkscope.corpus.sources import source_identity
+    from sinkscope.models.load import weights_identity
+
+    return {"weights": weights_identity(model), "corpus": source_identity(corpus)}
 
 
 def cell_rows(meta: dict, epsilons: tuple[float, ...], cell: str) -> list[dict]:
@@ -190,7 +201,8 @@ def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], pr
     from sinkscope.pipelines.analysis import AnalyzeConfig, analyze, check_seq_len
 
     directories = {cell: cell_directory(out, *cell, config.cell_settings(*cell)) for cell in cells}
-    done = {cell: finished_cell(directories[cell], config.cell_settings(*cell)) for cell in cells}
+    contents = {pair: cell_content(*pair) for pair in dict.fromkeys((m, c) for m, c, _ in cells)}
+    done = {cell: finished_cell(directories[cell], config.cell_settings(*cell), contents[cell[:2]]) for cell in cells}
     analyze_config = AnalyzeConfig(epsilon=config.table_epsilon, epsilons=config.epsilons, geometry_cap=0,
                                    seed=config.seed)  # fmt: skip
     rows: list[dict] = []
@@ -202,6 +214,8 @@ def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], pr
         if done[cell]:
             echo(f"{label}: finished before, skipped")
         else:
+            if (directory / "run.json").is_file():
+                echo(f"{label}: its model's weights or its corpus's text changed since it was computed: recomputing")
             if loaded != model:  # each model loads once, for its first missing cell (whichever that is)
                 started = time.perf_counter()
                 lm, loaded = load_model(model, device=config.device, dtype=config.dtype), model
@@ -215,7 +229,7 @@ def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], pr
                 f" (the corpus gives {available} of the {config.max_windows} asked for)"
             echo(f"{label}: analysing {config.max_windows if available is None else available} windows{short}")
             run = analyze(lm, stream, analyze_config, progress=progress)
-            run.meta["sweep_cell"] = config.cell_settings(*cell)
+            run.meta["sweep_cell"] = {**config.cell_settings(*cell), "content": contents[cell[:2]]}
             run.save(directory, overwrite=True, report=False)
             rates = ", ".join(f"{e}: {run.meta['summary']['sink_rates'][str(e)]:.3f}" for e in config.epsilons)
             echo(f"{label}: sink rate by ε {rates} ({run.meta['timings']['analyze_seconds']:.1f} s)")

@@ -7,6 +7,7 @@ built-in grids, a JSON file `{"name": {"section.field": value, ...}, ...}` defin
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,19 @@ def run_folders(grid: dict[str, dict[str, Any]]) -> dict[str, str]:
     return folders
 
 
+def trained_with(run_dir: Path, config: RunConfig) -> bool:
+    """Whether the finished run in `run_dir` was trained with exactly `config` (its config.json, package versions
+    aside), so a grid may reuse it."""
+    try:
+        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    if not isinstance(saved, dict):
+        return False
+    saved.pop("versions", None)
+    return saved == json.loads(json.dumps(config.to_dict()))
+
+
 def run_grid(
     grid: dict[str, dict[str, Any]],
     base: RunConfig,
@@ -204,9 +218,13 @@ def run_grid(
             jobs.append((name, seed, run_dir, base.with_overrides({**overrides, **extra})))
     rows, timelines = [], []
     for name, seed, run_dir, config in jobs:
-        if (run_dir / "summary.json").is_file() and not overwrite:
+        finished = (run_dir / "summary.json").is_file() and not overwrite
+        if finished and trained_with(run_dir, config):
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
+            if finished:
+                print(f"train-bb: {run_dir} was trained with another configuration (its config.json): training "
+                      "it again", file=sys.stderr)  # fmt: skip
             if log:
                 print(f"== {name}{'' if seed is None else f' seed {seed}'}: {grid[name]}", flush=True)
             summary = train_bb(config, run_dir, overwrite=True, log=log)
