@@ -24,10 +24,11 @@ THRESHOLD_FLAGS = (
     ("--dense-threshold", "dense", "dense head: mean normalised row entropy above X (1 = uniform)"),
 )
 
-# Seconds per layer of the half-space certificates at 256 sampled inputs, real SmolLM2 activations, 1 thread, quiet
-# 2-core machine (`sinkscope analyze --corpus builtin:prose --seq-len 64 --max-windows 8 --threads 1`:
-# run.json timings.geometry_seconds / 30); the cost grows about as the square of the inputs sampled.
-GEOMETRY_SECONDS_PER_LAYER = 0.5
+# Seconds per layer of the half-space certificates at 256 sampled inputs on a quiet machine: `make demo` (SmolLM2,
+# builtin:prose, T = 64, 256 windows) at load 15.6 on 2 CPUs took timings.geometry_seconds = 165 for 30 layers,
+# 0.66 s per layer after dividing by that load's slowdown (8.3, `sinkscope.threads.slowdown`); synthetic inputs of
+# SmolLM2's width take 0.46 (docs/theory/geometry.md). The cost grows about as the square of the inputs sampled.
+GEOMETRY_SECONDS_PER_LAYER = 0.65
 
 
 def add_parser(subparsers) -> None:
@@ -48,7 +49,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--tau", type=float, default=0.1, help="switch threshold τ (default 0.1)")
     classes = parser.add_argument_group(
         "head classes", "a head's class is the first that holds: sink (sink score > ε), diagonal, previous-token, "
-        "dense, else mixed (docs/statistics.md, Head classes)")  # fmt: skip
+        "dense, else mixed (docs/statistics.md, head_class)")  # fmt: skip
     for flag, field, words in THRESHOLD_FLAGS:
         classes.add_argument(flag, dest=field, type=float, default=getattr(HeadThresholds, field), metavar="X",
                              help=f"{words} (default {getattr(HeadThresholds, field)})")  # fmt: skip
