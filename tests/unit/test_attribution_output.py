@@ -7,11 +7,12 @@ import math
 
 import pandas as pd
 import pytest
+from matplotlib.colors import to_rgb
 
 from sinkscope.cli.main import build_parser
 from sinkscope.errors import SinkscopeError
 from sinkscope.pipelines.switch_attribution import route_totals
-from sinkscope.report.attribution_section import attribution_figure
+from sinkscope.report.attribution_section import ROUTE_COLORS, attribution_figure
 
 
 def table() -> pd.DataFrame:
@@ -32,7 +33,8 @@ def test_figure_has_both_panels():
     fig = attribution_figure(table())
     left, right = fig.axes[:2]
     assert [p.get_height() for p in left.patches[:2]] == [pytest.approx(2 / 3), pytest.approx(0.25)]
-    assert right.images[0].get_array().tolist() == [[0, 2], [1, 2]]  # main route per head; grey (2): too few off
+    sink, cancel, grey = (list(to_rgb(c)) for c in (ROUTE_COLORS["bos_sink"], ROUTE_COLORS["cancellation"], "#eeeeee"))
+    assert right.images[0].get_array().tolist() == [[sink, grey], [cancel, grey]]  # grey: too few off, or no head
 
 
 def test_bad_threshold_is_one_line(tmp_path):

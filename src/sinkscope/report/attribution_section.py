@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import ListedColormap
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from sinkscope.report.plots import layer_ticks, legend_below
@@ -47,8 +47,8 @@ def attribution_figure(table: pd.DataFrame, title: str = "") -> Figure:
     grid = np.full((len(layers), len(heads)), len(routes))
     for (layer, head), value in zip(zip(table["layer"], table["head"]), dominant):
         grid[layers.index(layer), heads.index(head)] = value
-    colors = ListedColormap([ROUTE_COLORS.get(r, "#aab7b8") for r in routes] + ["#eeeeee"])
-    right.imshow(grid, aspect="auto", cmap=colors, vmin=-0.5, vmax=len(routes) + 0.5, interpolation="nearest")
+    colors = np.array([to_rgb(ROUTE_COLORS.get(r, "#aab7b8")) for r in routes] + [to_rgb("#eeeeee")])
+    right.imshow(colors[grid], aspect="auto", interpolation="nearest")  # RGB cells: no colour scale to resample
     right.set_yticks(range(len(layers)), [str(layer) for layer in layers], fontsize=6)
     right.set_xlabel("head")
     right.set_ylabel("layer")
