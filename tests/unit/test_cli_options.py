@@ -278,3 +278,19 @@ def test_models_lists_without_importing_torch_on_a_cpu_build():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"torch {torch.__version__} (CPU-only build)" in done.stdout and "smollm2-135m (default)" in done.stdout
+
+
+def test_an_unsupported_model_type_is_refused_pointing_at_the_families(tmp_path, capsys):
+    """Issue 35: the refusal ended with 'check its config.json and files', as if the files were broken."""
+    from transformers import BertConfig
+
+    BertConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=2, intermediate_size=8,
+               vocab_size=10).save_pretrained(tmp_path / "bert")  # fmt: skip
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c")
+    assert main(["analyze", "--model", str(tmp_path / "bert"), "--corpus", str(corpus), "--out",
+                 str(tmp_path / "run")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("sinkscope analyze: error: model type 'bert' is not supported: sinkscope analyses ")
+    assert "llama" in err and "sinkscope/models/families.py (README, Model families)" in err
+    assert "config.json" not in err
