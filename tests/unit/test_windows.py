@@ -58,6 +58,9 @@ def test_the_tail_gets_a_last_window_of_the_final_tokens_unless_dropped(tmp_path
     assert torch.cat(list(dropped)).tolist() == got[:5]
     assert dropped.tokens() == {"read": 17, "analysed": 15, "overlap": 0, "dropped": 2, "windows": 5, "complete": True}
     assert dropped.identity()["tail"] == "drop" and stream.identity()["tail"] == "overlap"
+    exact = windows(str(corpus), tokenizer, seq_len=4, max_windows=6)  # --max-windows stops at the tail window
+    list(exact)
+    assert exact.tokens()["complete"] and exact.tokens()["analysed"] == 17
     limited = windows(str(corpus), tokenizer, seq_len=4, max_windows=2)
     list(limited)
     assert limited.tokens() == {"read": 6, "analysed": 6, "overlap": 0, "dropped": 0, "windows": 2, "complete": False}

@@ -100,7 +100,7 @@ class Windows:
         (tokens of the last window that the window before already held), `dropped` (the tail, with `tail="drop"`)
         and `complete` (whether it reached the corpus's end rather than `max_windows`; an endless control never
         does). `analysed` = read − dropped (every one of them once, `overlap` of them twice)."""
-        complete = getattr(self, "_complete", False)
+        complete = getattr(self, "_complete", False) or getattr(self, "_at_tail", False)
         read, overlap, dropped = getattr(self, "_tokens_seen", 0), getattr(self, "_overlap", 0), 0
         if complete and self.tail == "drop":
             dropped = getattr(self, "_tail", 0)
@@ -142,7 +142,7 @@ class Windows:
 
     def _windows(self) -> Iterator[torch.Tensor]:
         body = self.seq_len - 1
-        self._tokens_seen, self._overlap, self._tail = 0, 0, 0
+        self._tokens_seen, self._overlap, self._tail, self._at_tail = 0, 0, 0, False
         if self.source in TOKEN_CONTROLS:
             yield from self._control_windows(body)
             return
@@ -161,7 +161,7 @@ class Windows:
         self._tokens_seen += len(buffer)
         self._tail = len(buffer)
         if buffer and last and self.tail == "overlap":  # the final T-1 tokens: no token is left out
-            self._overlap = body - len(buffer)
+            self._overlap, self._at_tail = body - len(buffer), True  # the corpus's end, even if max_windows stops here
             yield torch.tensor([self.bos_id, *(last + buffer)[-body:]], dtype=torch.long)
 
     def _control_windows(self, body: int) -> Iterator[torch.Tensor]:
