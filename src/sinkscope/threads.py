@@ -8,8 +8,9 @@ Threads). `choose_threads` picks, without importing torch:
     load  = the 1-minute load average × cpus / os.cpu_count()   (the share of the machine's load on our CPUs)
     auto  = clamp(round(cpus − load), 1, cpus)
 
-so a quiet 2-core machine gets 2 threads and one with a busy process per core gets 1. `OMP_NUM_THREADS`, when
-set, wins over the estimate (torch reads it too).
+so a quiet 2-core machine gets 2 threads and one with a busy process per core gets 1; under torchrun the ranks of
+one machine (`LOCAL_WORLD_SIZE`) share it: `auto // ranks`, at least 1. `OMP_NUM_THREADS`, when set, wins over the
+estimate (torch reads it too).
 """
 
 from __future__ import annotations
@@ -76,11 +77,13 @@ def choose_threads(requested: int | str | None = None, omp: str | None = None) -
         return ThreadChoice(int(omp), f"OMP_NUM_THREADS={int(omp)}; --threads N to choose")
     cpus = usable_cpus()
     load = load_share(cpus)
-    threads = auto_threads(cpus, load)
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")  # torchrun's processes on this machine
+    ranks = int(local) if local.isdigit() and int(local) >= 1 else 1
+    shared = f", shared by {ranks} torchrun ranks" if ranks > 1 else ""
     return ThreadChoice(
-        threads,
-        f"auto: this process may use {cpus} CPU{'s' if cpus != 1 else ''}, which carry a load of {load:.1f}; "
-        "--threads N to choose",
+        max(1, auto_threads(cpus, load) // ranks),
+        f"auto: this process may use {cpus} CPU{'s' if cpus != 1 else ''}, which carry a load of {load:.1f}"
+        f"{shared}; --threads N to choose",
     )
 
 

@@ -28,6 +28,7 @@ def machine(monkeypatch, tmp_path, affinity: int, cpu_count: int, load: float, c
         path.write_text(cpu_max + "\n")
     monkeypatch.setattr(threads, "CPU_MAX", path)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
 
 def test_choose_threads_shares_the_machine_load_over_this_process_cpus(monkeypatch, tmp_path):
@@ -40,6 +41,10 @@ def test_choose_threads_shares_the_machine_load_over_this_process_cpus(monkeypat
     machine(monkeypatch, tmp_path, affinity=2, cpu_count=2, load=7.3, cpu_max=None)
     assert choose_threads("auto").threads == 1 and choose_threads("auto").line().startswith("1 CPU thread (")
     assert choose_threads(3) == threads.ThreadChoice(3, "--threads 3")  # an explicit count is kept
+    # four torchrun ranks on a quiet 16-CPU machine: 4 threads each
+    machine(monkeypatch, tmp_path, affinity=16, cpu_count=16, load=0.0, cpu_max=None)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert choose_threads().threads == 4 and "shared by 4 torchrun ranks" in choose_threads().reason
 
 
 def test_slowdown_is_one_cpus_share_under_load(monkeypatch, tmp_path):
