@@ -46,6 +46,7 @@ def eager_reference(lm, ids: torch.Tensor) -> dict[str, np.ndarray]:
     layout, L = lm.layout, len(out.attentions)
     control = control_positions(torch.arange(N), T, SEED)
     routes = np.zeros((N, len(GRID), len(GRID), 6))
+    bos_mass = np.zeros((N, 6))
     curve = np.zeros((N, len(TAU_CURVE), 4))
     nonpos = np.zeros((N, L, 2))
     for layer in range(L):
@@ -69,11 +70,13 @@ def eager_reference(lm, ids: torch.Tensor) -> dict[str, np.ndarray]:
                             label = route_by_hand(a, norms, o[t], t, TAU * s, DELTA * d)
                             if label >= 0:
                                 routes[n, i, j, label] += 1
+                                if d == s == 1.0:
+                                    bos_mass[n, label] += a[0]
                     sink = a[0] >= 1 - DELTA
                     for k, tau in enumerate(TAU_CURVE):
                         off = o[t] <= tau * sum(norms[: t + 1]) / (t + 1)
                         curve[n, k, [0, 1, 2, 3][(0 if off else 2) + (0 if sink else 1)]] += 1
-    return {"routes": routes, "curve": curve, "nonpos_h": nonpos[..., 0], "nonpos_h_control": nonpos[..., 1]}
+    return {"routes": routes, "route_bos_mass": bos_mass, "curve": curve, "nonpos_h": nonpos[..., 0], "nonpos_h_control": nonpos[..., 1]}
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
@@ -85,6 +88,7 @@ def test_switch_evidence_equals_eager_loops(name):
     got = switch_evidence(lm, [ids[:2], ids[2:]], SEED, tau=TAU, delta=DELTA)
     ref = eager_reference(lm, ids)
     np.testing.assert_array_equal(got["routes"], ref["routes"], err_msg=name)
+    np.testing.assert_allclose(got["route_bos_mass"], ref["route_bos_mass"], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got["curve"][:, GRID.index(1.0)], ref["curve"], err_msg=name)
     np.testing.assert_array_equal(got["nonpos_h"], ref["nonpos_h"])
     np.testing.assert_array_equal(got["nonpos_h_control"], ref["nonpos_h_control"])

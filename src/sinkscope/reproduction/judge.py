@@ -71,8 +71,13 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
     tau, delta = run.meta["config"]["tau"], run.meta["config"]["delta"]
     out.append(c.switch_verdict(model, switch["curve"], c.TAU_CURVE, delta, seed))
     names = [route.name for route in ROUTES]
+    extra = {}
+    if "route_bos_mass" in switch:  # the mean BOS mass of each route's queries at δ, τ
+        counts, mass = switch["routes"][:, 1, 1].sum(0), switch["route_bos_mass"].sum(0)
+        extra["mean_bos_mass"] = {name: float(m / n) if n else None for name, m, n in zip([*names, "unexplained"],
+                                                                                          mass, counts)}  # fmt: skip
     out.append(c.switch_routes_verdict(model, switch["routes"], names, [route.sink for route in ROUTES], tau, delta,
-                                       seed=seed))  # fmt: skip
+                                       extra, seed))  # fmt: skip
     out.append(c.value_drain_verdict(model, arrays["drain"], at_delta(arrays["hard_sink"]), T - 1, seed))
     out.append(c.mlp_like_verdict(model, at_delta(arrays["mlp_like"]), T - 1, seed))
     return [replace(verdict, corpus=corpus) for verdict in out]

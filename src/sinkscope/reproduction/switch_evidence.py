@@ -5,7 +5,7 @@ batch that sees every layer's full attention rows, values and inputs:
   t ≥ 1 of every head) at hard-sink δ × `GRID` and τ over `TAU_CURVE`;
 - `routes` (W, δ scale, τ scale, R + 1): switched-off queries per route (`stats.switch_routes.ROUTES`, the last
   entry unexplained) at δ × `GRID`, τ × `GRID`, pooled over layers and heads; `routes_by_layer` (W, L, R + 1)
-  at δ, τ;
+  at δ, τ; `route_bos_mass` (W, R + 1): Σ A[t,0] over each route's queries at δ, τ (its mean BOS mass);
 - `nonpos_h` (W, L): count of t ≥ 1 with cos(h_0, h_t) ≤ 0 on the residual stream h (the block's input);
   `nonpos_h_control` (W, L): the same with a random context token h_r (r as `WindowEvidence` draws it) in
   BOS's place, over t ≥ 1, t ≠ r.
@@ -38,8 +38,8 @@ def _switch_cells(off: Tensor, sink: Tensor) -> Tensor:
 def layer_switch_evidence(attn: Tensor, value_norms: Tensor, out_norms: Tensor, tau: float, delta: float
                           ) -> dict[str, Tensor]:  # fmt: skip
     """One layer's per-window counts: `curve` (B, len(GRID), len(TAU_CURVE), 4), `routes` (B, len(GRID),
-    len(GRID), R + 1) and `routes_at` (B, R + 1) at δ, τ. `attn` (B, H, T, T), `value_norms` (B, H, T),
-    `out_norms` (B, H, T)."""
+    len(GRID), R + 1), `routes_at` (B, R + 1) at δ, τ and `bos_mass` (B, R + 1), Σ A[t,0] per route at δ, τ.
+    `attn` (B, H, T, T), `value_norms` (B, H, T), `out_norms` (B, H, T)."""
     from sinkscope.stats.switch import switched_off
 
     B, H, T = out_norms.shape
@@ -47,6 +47,7 @@ def layer_switch_evidence(attn: Tensor, value_norms: Tensor, out_norms: Tensor, 
     sink_mass = attn[..., 0]
     curve = torch.zeros(B, len(GRID), len(TAU_CURVE), 4, dtype=torch.float64)
     routes = torch.zeros(B, len(GRID), len(GRID), len(ROUTES) + 1, dtype=torch.float64)
+    bos_mass = torch.zeros(B, len(ROUTES) + 1, dtype=torch.float64)
     inputs = RouteInputs(attn, value_norms, out_norms)
     for i, d_scale in enumerate(GRID):
         sink = (sink_mass >= 1 - delta * d_scale) & (t >= 1)
@@ -56,7 +57,11 @@ def layer_switch_evidence(attn: Tensor, value_norms: Tensor, out_norms: Tensor, 
         for j, t_scale in enumerate(GRID):
             labels = classify(inputs, tau * t_scale, delta * d_scale)  # (B, H, T)
             routes[:, i, j] = route_counts(labels.reshape(B, -1), len(ROUTES)).double().cpu()
-    return {"curve": curve, "routes": routes, "routes_at": routes[:, GRID.index(1.0), GRID.index(1.0)]}
+            if d_scale == 1.0 and t_scale == 1.0:
+                for route in range(len(ROUTES) + 1):
+                    bos_mass[:, route] = (sink_mass * (labels == route)).sum((1, 2)).double().cpu()
+    return {"curve": curve, "routes": routes, "routes_at": routes[:, GRID.index(1.0), GRID.index(1.0)],
+            "bos_mass": bos_mass}
 
 
 def _nonpos(h: Tensor, control: Tensor) -> tuple[Tensor, Tensor]:
@@ -103,15 +108,16 @@ def switch_evidence(lm: LoadedModel, batches: list[Tensor], seed: int, tau: floa
 
     L = len(lm.layers)
     modules = {layer: attention_module(lm.family, block) for layer, block in enumerate(lm.layers)}
-    out: dict[str, list[Tensor]] = {name: [] for name in ("curve", "routes", "routes_by_layer", "nonpos_h",
-                                                          "nonpos_h_control")}  # fmt: skip
+    out: dict[str, list[Tensor]] = {name: [] for name in ("curve", "routes", "route_bos_mass", "routes_by_layer",
+                                                          "nonpos_h", "nonpos_h_control")}  # fmt: skip
     seen = 0
     for ids in batches:
         B, T = ids.shape
         control = control_positions(torch.arange(seen, seen + B), T, seed).to(lm.device)
         seen += B
         values, rows, inputs = _capture(lm, ids, modules)
-        batch = {"curve": 0, "routes": 0, "routes_by_layer": [], "nonpos_h": [], "nonpos_h_control": []}
+        batch = {"curve": 0, "routes": 0, "route_bos_mass": 0, "routes_by_layer": [], "nonpos_h": [],
+                 "nonpos_h_control": []}  # fmt: skip
         for layer in range(L):
             attn = torch.zeros(B, lm.layout.n_heads, T, T, device=lm.device)
             norms = torch.zeros(B, lm.layout.n_heads, T, device=lm.device)
@@ -122,12 +128,14 @@ def switch_evidence(lm: LoadedModel, batches: list[Tensor], seed: int, tau: floa
             counts = layer_switch_evidence(attn, values[layer], norms, tau, delta)
             batch["curve"] = batch["curve"] + counts["curve"]
             batch["routes"] = batch["routes"] + counts["routes"]
+            batch["route_bos_mass"] = batch["route_bos_mass"] + counts["bos_mass"]
             batch["routes_by_layer"].append(counts["routes_at"])
             nonpos, nonpos_control = _nonpos(inputs[layer], control)
             batch["nonpos_h"].append(nonpos)
             batch["nonpos_h_control"].append(nonpos_control)
         out["curve"].append(batch["curve"])
         out["routes"].append(batch["routes"])
+        out["route_bos_mass"].append(batch["route_bos_mass"])
         for name in ("routes_by_layer", "nonpos_h", "nonpos_h_control"):
             out[name].append(torch.stack(batch[name], 1))  # (B, L, ...)
     return {name: torch.cat(parts).numpy() for name, parts in out.items()}
