@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"  bigram-backcopy: exact and closed-form winners agree in {int((vocab['cheaper_closed'] == vocab['cheaper_exact']).sum())}"
           f"/{len(vocab)} (V, K, norm) rows; max |closed − exact| / exact = "
           f"{float(((vocab['sink_closed'] - vocab['sink_exact']).abs() / vocab['sink_exact']).max()):.1e} (sink)")  # fmt: skip
-    summary = result["summary"]
-    print(f"  geometry: prediction agrees with the exact winner in {result['geometry']['agree'].mean():.1%} of draws; "
+    summary, geometry = result["summary"], result["geometry"]
+    decided = geometry[geometry["cheaper_predicted"] != "undecided"]
+    print(f"  geometry: where a winner is predicted ({len(decided)} draws) it is the exact winner in "
+          f"{decided['agree'].mean():.1%}; "
           f"diagonal cheaper in {int((summary['diagonal_cheaper'] > 0.5).sum())}/{len(summary)} cells")  # fmt: skip
     return 0
