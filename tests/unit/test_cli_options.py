@@ -87,10 +87,10 @@ def test_threads_sets_torchs_thread_count_and_refuses_zero(capsys):
     assert "--threads 0 must be 1 or more" in capsys.readouterr().err
 
 
-def test_a_wrong_flag_prints_the_subcommands_usage_with_the_nearest_flag(capsys):
+def test_a_wrong_flag_prints_the_subcommands_usage_with_the_nearest_flag(tmp_path, capsys):
     """Issue 35: `analyze --diagonal 0.3` printed the top-level usage; it names analyze's usage and its flag."""
-    with pytest.raises(SystemExit) as exit:
-        main(["analyze", "--diagonal", "0.3", "--out", "o"])
+    with pytest.raises(SystemExit) as exit:  # (a missing corpus: were the flag ignored, no model would load)
+        main(["analyze", "--diagonal", "0.3", "--corpus", str(tmp_path / "none.txt"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert exit.value.code == 2 and err.startswith("usage: sinkscope analyze ")
     assert "--diag-threshold" in err.splitlines()[-1] and "unrecognized arguments: --diagonal 0.3" in err
