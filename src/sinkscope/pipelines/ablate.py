@@ -34,6 +34,7 @@ from torch import Tensor
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module, projection_channels
 from sinkscope.models.load import LoadedModel
+from sinkscope.report.plots import no_mathtext
 from sinkscope.staging import check_replaceable, staged_directory
 
 Head = tuple[int, int]  # (layer, head)
@@ -450,6 +451,7 @@ def check_out_dir(directory: str | Path, overwrite: bool) -> None:
     check_replaceable(directory, overwrite)
 
 
+@no_mathtext()
 def save_ablation(
     directory: str | Path, curve: pd.DataFrame, scores: pd.DataFrame, meta: dict, overwrite: bool = False
 ) -> Path:

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.provenance import package_versions
+from sinkscope.report.plots import no_mathtext
 from sinkscope.staging import check_replaceable, staged_directory
 from sinkscope.theory.cost import InfeasiblePatternError, ProblemTooLargeError, pattern_cost
 from sinkscope.theory.cost_closed_forms import COST_NORMS, PATTERNS, kappa_for_mass, orthonormal_cost
@@ -340,6 +341,7 @@ def _paired(frame: pd.DataFrame) -> pd.DataFrame:
     return wide.assign(ratio=(wide["diagonal"] / wide["sink"]).where(both))
 
 
+@no_mathtext()
 def write_figures(frame: pd.DataFrame, directory: Path) -> list[Path]:
     """cost_vs_T.png, ratio.png and regime_map.png (when both patterns were swept) into directory.
 

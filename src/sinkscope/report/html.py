@@ -181,6 +181,7 @@ def render_report(runs: list[ReportedRun], figures_dir: Path | None = None) -> s
     return render_page("report.html.j2", **report_context(runs, figures_dir))
 
 
+@plots.no_mathtext()
 def write_report(runs: list[ReportedRun], path: Path, figures_dir: Path | None = None) -> Path:
     """Write `path` (report.html) for `runs`; with `figures_dir`, also write each run's PNGs there."""
     return write_page(Path(path), "report.html.j2", **report_context(runs, figures_dir))

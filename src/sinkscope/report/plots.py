@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import matplotlib
+import matplotlib.text
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
@@ -61,9 +62,30 @@ def figure_svg(fig: Figure) -> bytes:
     return _save(fig, "svg")
 
 
+@contextmanager
+def no_mathtext() -> Iterator[None]:
+    """Figures built and saved inside the block (or the decorated function) draw every text as written, never as
+    mathtext (`text.parse_math` off, the caller's setting restored after): a model, corpus or run name such as
+    `price_$5_$.txt` or `a$b$c` shows literally instead of crashing the figure after the work or turning into math.
+    Used on every entry point that draws (report pages, sweep, cost, train-bb, ablate, reproduce)."""
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield
+
+
+@contextmanager
+def plain_text(fig: Figure) -> Iterator[None]:
+    """Inside the block every text of `fig` (and every tick label drawn now) is drawn as written, never parsed as
+    mathtext: user text such as a corpus `price_$5_$.txt` or a model `a$b$c` shows literally instead of crashing
+    the figure or turning into math. Every figure sinkscope saves goes through here."""
+    with matplotlib.rc_context({"text.parse_math": False}):
+        for text in fig.findobj(matplotlib.text.Text):
+            text.set_parse_math(False)
+        yield
+
+
 def _save(fig: Figure, kind: str) -> bytes:
     buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), plain_text(fig):
         warnings.simplefilter("ignore")
         label = FIGURE_LABEL.get()
         if label and getattr(fig, "_sinkscope_stamp", None) != label:  # stamp once, however often saved

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from sinkscope.report.glossary import definitions, headers
 from sinkscope.report.page import cell_text, png_figure, write_page
-from sinkscope.report.plots import figure_png, figure_svg
+from sinkscope.report.plots import figure_png, figure_svg, no_mathtext
 
 
 def _panels(models: list[str]) -> tuple[Figure, list]:
@@ -80,6 +80,7 @@ def shown_table(table: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
+@no_mathtext()
 def write_sweep_report(table: pd.DataFrame, path: Path, figures_dir: Path, epsilon: float) -> Path:
     """`report.html` of a sweep (`templates/sweep.html.j2`: figures inlined, the tidy table below) and its figures
     in `figures_dir` (PNG and SVG)."""

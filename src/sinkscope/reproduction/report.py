@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.report.page import render_page
+from sinkscope.report.plots import no_mathtext
 from sinkscope.reproduction.claims import CLAIMS
 from sinkscope.reproduction.files import swapped_directory
 
@@ -173,6 +174,7 @@ def write_tables(
     return names
 
 
+@no_mathtext()
 def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: pd.DataFrame, regimes: dict) -> None:
     """Write verdicts.json, tables/, figures/, report.md and report.html into `out`."""
     with swapped_directory(out / "tables") as staging:

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
+from sinkscope.report.plots import plain_text
 from sinkscope.synthetic.summary import PATTERNS
 
 COLOURS = {
@@ -28,7 +29,8 @@ COLOURS = {
 def save_figure(fig: Figure, path: Path, dpi: int = 100) -> None:
     """Write `fig` as a PNG through its own Agg canvas."""
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=dpi)
+    with plain_text(fig):  # run names never reach mathtext
+        fig.savefig(path, dpi=dpi)
 
 
 def phase_diagram(cells: pd.DataFrame) -> Figure:

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from sinkscope.report.glossary import TRAIN_BB_TERMS, definitions, headers
 from sinkscope.report.page import cell_text, png_figure, render_page
-from sinkscope.report.plots import _stamp  # the analyze report's settings line above each figure
+from sinkscope.report.plots import _stamp, no_mathtext  # the analyze report's settings line above each figure
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
 
@@ -109,6 +109,7 @@ def _attention_maps(model: TinyTransformer, batch: GBBBatch, path: Path, label: 
     _save(fig, f"{label} · first {min(n_positions, batch.inputs.shape[1])} positions, × = copy source", path)
 
 
+@no_mathtext()
 def write_figures(
     metrics: pd.DataFrame, model: TinyTransformer, batch: GBBBatch, fig_dir: Path, config: RunConfig
 ) -> list[Path]:
