@@ -6,12 +6,18 @@ network request, so a test can assert that a self-contained page loaded cleanly.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
+
+from integration.tiny_checkpoint import save_tiny_llama, write_corpus
+from sinkscope.cli.main import main
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Without the background-networking flags Chromium keeps dialling Google's hosts, which this network refuses.
@@ -76,3 +82,37 @@ def open_page(browser) -> Iterator[Callable[..., LoadedPage]]:
     yield _open
     for context in contexts:
         context.close()
+
+
+def save_deeper_llama(directory, template):
+    """The tiny Llama's tokenizer with a 3-layer random model (another depth for the relative-depth axis)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig.from_pretrained(template)
+    config.num_hidden_layers = 3
+    LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+    AutoTokenizer.from_pretrained(template).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Three analyze runs (a tiny 2-layer Llama on 6 windows of a text corpus and on 4 of random tokens, a 3-layer
+    one on the same 6 windows of the text) and their comparison page `cmp.html`; shared by test_pages.py and
+    test_compare_intervals.py."""
+    root = tmp_path_factory.mktemp("pages")
+    model, corpus = save_tiny_llama(root / "model"), write_corpus(root / "corpus.txt", documents=60)
+    deep = save_deeper_llama(root / "deep_model", model)
+    for name, where, source, extra in (("prose_run", model, str(corpus), ["--smoothing"]),
+                                       ("random_run", model, "builtin:random", ["--threads", "1", "--max-windows", "4"]),
+                                       ("deep_run", deep, str(corpus), [])):  # fmt: skip
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["analyze", "--model", str(where), "--corpus", source, "--seq-len", "16", "--max-windows",
+                         "6", "--geometry-cap", "24", "--out", str(root / name), "--quiet", *extra])  # fmt: skip
+        assert code == 0
+        (root / name / "printed.txt").write_text(printed.getvalue())
+    names = [str(root / name) for name in ("prose_run", "random_run", "deep_run")]
+    assert main(["report", *names, "--out", str(root / "cmp.html")]) == 0
+    return root

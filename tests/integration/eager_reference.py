@@ -244,7 +244,9 @@ def eager_reference(
     exercised["sink_frac"] = float(tokens["sink_frac"].max()) if len(tokens) else 0.0
     windows = pd.DataFrame({"window": np.arange(N), "sink_rate": (alpha_all > epsilon).double().mean((0, 2)).numpy(),
                             "mean_sink_score": alpha_all.mean((0, 2)).numpy(), "mean_diag_score": (window_diag / (L * H)).numpy(),
-                            "mlp_like_frac": (window_mlp / (L * (T - 1))).numpy()})  # fmt: skip
+                            "mlp_like_frac": (window_mlp / (L * (T - 1))).numpy(),
+                            "tokens_hash": [sum(int(i) * pow(31, t, 2**31 - 1) for t, i in enumerate(row)) % (2**31 - 1)
+                                            for row in ids.tolist()]})  # fmt: skip
     return Reference(heads, pd.DataFrame(layer_rows), pd.DataFrame(position_rows), tokens, token_layers, summary,
                      exercised, windows)
 

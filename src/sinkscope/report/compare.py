@@ -2,7 +2,9 @@
 
 `comparison` builds the data the `comparison` block of `templates/report.html.j2` draws:
 
-- a summary table, one row per run, with each run's difference from the first (Δ columns);
+- a summary table, one row per run, with each run's difference from the first (Δ columns), each Δ with a 95%
+  bootstrap interval over windows (`delta_interval`) from the runs' per-window table `windows.parquet`
+  (`statistics/window_summary.py`), and a note when the runs differ in windows or T;
 - per-layer sink rate, diagonal score (mean over the layer's heads) and BOS cosine (mean cos(z₀, zₜ)) of every run
   against relative depth `layer / (L - 1)`, so models of different depth share one axis;
 - head-class counts side by side (a table of counts and shares, and a grouped bar chart of shares);
@@ -28,6 +30,12 @@ from sinkscope.report.tokens_section import top_sink_tokens
 
 TOP_TOKENS = 5  # secondary-sink tokens listed per run
 MAX_DIFFERENCE_FIGURES = 6  # pairs of runs of one model drawn as per-head differences
+MAX_STORED = 4096  # windows a run's windows.parquet holds (statistics/window_summary.py: MAX_WINDOWS)
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+NO_INTERVAL = "no interval: per-window data not stored"
+# Δ column → (summary key, the per-window column whose mean over windows is that summary number)
+DELTAS = {"Δ sink rate": "sink_rate", "Δ mean sink": "mean_sink_score", "Δ mean diag": "mean_diag_score"}
 SUMMARY_COLUMNS = ("run", "model", "corpus", "T", "windows", "sink rate", "Δ sink rate", "of mean", "mean sink",
                    "Δ mean sink", "mean diag", "Δ mean diag", "MLP-like", "tokens/s")  # fmt: skip
 
@@ -56,12 +64,81 @@ def model_key(run) -> tuple:
     return model.get("name"), model.get("sha256") or model.get("path"), len(run.layers), run.heads["head"].nunique()
 
 
-def _delta(value: float, first: float, index: int) -> str:
-    """The difference from the first run, signed, to 3 decimals ("0.000" when it rounds to zero: no "-0.000")."""
+def _signed(x: float) -> str:
+    """Signed to 3 decimals ("0.000" when it rounds to zero: no "-0.000")."""
+    text = f"{x:+.3f}"
+    return "0.000" if float(text) == 0 else text
+
+
+def window_column(run, column: str) -> np.ndarray | None:
+    """The run's per-window values of `column` (`windows.parquet`), or None where the run did not store them
+    (runs of sinkscope before the table, or a column it lacks)."""
+    table = run.extra.get("windows")
+    if table is None or column not in table or table.empty:
+        return None
+    return table.sort_values("window")[column].to_numpy(dtype=float)
+
+
+def same_windows(a, b) -> bool:
+    """Whether two runs read the same windows: their per-window tables agree in `tokens_hash` window by window,
+    so window w of one is window w of the other and a bootstrap may resample them in pairs."""
+    ha, hb = window_column(a, "tokens_hash"), window_column(b, "tokens_hash")
+    return ha is not None and hb is not None and len(ha) == len(hb) and bool((ha == hb).all())
+
+
+def delta_interval(first: np.ndarray, other: np.ndarray, paired: bool, resamples: int = BOOTSTRAP_RESAMPLES,
+                   seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """95% percentile bootstrap interval of `mean(other) − mean(first)` over windows: each resample draws every
+    run's windows with replacement (the same draw for both when `paired`: the runs read the same windows), the
+    interval is the 2.5th and 97.5th percentiles of the resampled differences."""
+    rng = np.random.default_rng(seed)
+    if paired:
+        draw = rng.integers(0, len(first), size=(resamples, len(first)))
+        diffs = other[draw].mean(1) - first[draw].mean(1)
+    else:
+        diffs = (other[rng.integers(0, len(other), size=(resamples, len(other)))].mean(1)
+                 - first[rng.integers(0, len(first), size=(resamples, len(first)))].mean(1))  # fmt: skip
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def delta_cell(runs: list, index: int, key: str, column: str) -> dict | str:
+    """A Δ cell of the summary table: this run's summary number minus the first run's, with its 95% bootstrap
+    interval over windows, or `NO_INTERVAL` where either run lacks per-window values; "–" for the first run."""
     if index == 0:
         return "–"
-    text = f"{value - first:+.3f}"
-    return "0.000" if float(text) == 0 else text
+    first, run = runs[0], runs[index]
+    value = _signed(run.meta["summary"][key] - first.meta["summary"][key])
+    a, b = window_column(first, column), window_column(run, column)
+    if a is None or b is None:
+        return {"value": value, "interval": NO_INTERVAL,
+                "title": "this run or the first has no windows.parquet (made before sinkscope stored it)"}
+    paired = same_windows(first, run)
+    low, high = delta_interval(a, b, paired)
+    how = "paired: both runs read the same windows" if paired else "each run's windows resampled on their own"
+    stored = [run.meta["corpus"].get("windows") for run in (run, first)]
+    if stored != [len(b), len(a)]:
+        how += f"; the table holds the first {MAX_STORED} windows of a run"
+    return {"value": value, "interval": f"[{_signed(low)}, {_signed(high)}]",
+            "title": f"95% bootstrap interval over windows ({len(b)} and {len(a)} windows, {BOOTSTRAP_RESAMPLES} "
+                     f"resamples, {how})"}  # fmt: skip
+
+
+def sample_note(runs: list, names: list[str]) -> str:
+    """What differs in the runs' samples: window counts (a run of few windows has a wide interval) and T (sink
+    rates and scores over a longer window average over more positions): empty when neither differs."""
+    notes = []
+    windows = [run.meta["corpus"].get("windows") for run in runs]
+    lengths = [run.meta["corpus"].get("seq_len") for run in runs]
+    if len(set(windows)) > 1:
+        listed = ", ".join(f"{n} {w}" for n, w in zip(names, windows))
+        notes.append(f"The runs differ in windows ({listed}): a run over few windows has a wide interval, and a "
+                     "difference inside its interval is not one.")  # fmt: skip
+    if len(set(lengths)) > 1:
+        listed = ", ".join(f"{n} T = {t}" for n, t in zip(names, lengths))
+        notes.append(f"The runs differ in T ({listed}): their scores average over windows of different lengths, "
+                     "so a Δ mixes the model or corpus with the window length.")  # fmt: skip
+    return " ".join(notes)
 
 
 def corpus_name(source: object) -> str:
@@ -71,9 +148,9 @@ def corpus_name(source: object) -> str:
 
 
 def summary_table(runs: list, names: list[str]) -> dict:
-    """Header cells (with definitions), one row of cell texts per run, each row's full directory (hover), and the
-    ε note: the ε every run thresholds at, or a warning that their sink rates used different ε."""
-    first = runs[0].meta["summary"]
+    """Header cells (with definitions), one row of cells per run (a Δ cell is a dict: value, interval and its
+    hover), each row's full directory (hover), the ε note (the ε every run thresholds at, or a warning that their
+    sink rates used different ε) and the sample note (`sample_note`)."""
     rows = []
     for index, (run, name) in enumerate(zip(runs, names)):
         meta, s = run.meta, run.meta["summary"]
@@ -81,10 +158,10 @@ def summary_table(runs: list, names: list[str]) -> dict:
         rows.append([
             name, cell_text(meta["model"].get("name")), corpus_name(meta["corpus"].get("source")),
             cell_text(meta["corpus"].get("seq_len")), cell_text(meta["corpus"].get("windows")),
-            f"{s['sink_rate']:.3f}", _delta(s["sink_rate"], first["sink_rate"], index),
+            f"{s['sink_rate']:.3f}", delta_cell(runs, index, "sink_rate", DELTAS["Δ sink rate"]),
             cell_text(None if of_mean is None else f"{of_mean:.3f}"),
-            f"{s['mean_sink_score']:.3f}", _delta(s["mean_sink_score"], first["mean_sink_score"], index),
-            f"{s['mean_diag_score']:.3f}", _delta(s["mean_diag_score"], first["mean_diag_score"], index),
+            f"{s['mean_sink_score']:.3f}", delta_cell(runs, index, "mean_sink_score", DELTAS["Δ mean sink"]),
+            f"{s['mean_diag_score']:.3f}", delta_cell(runs, index, "mean_diag_score", DELTAS["Δ mean diag"]),
             f"{run.layers['mlp_like_frac'].mean():.3f}", cell_text(None if speed is None else f"{speed:.0f}"),
         ])  # fmt: skip
     titles = [str(run.meta.get("directory") or run.name) for run in runs]
@@ -93,6 +170,7 @@ def summary_table(runs: list, names: list[str]) -> dict:
             "The runs threshold at different ε (" + ", ".join(map(str, epsilons)) + "): their sink rates differ by "
             "definition, not only by model or corpus.")  # fmt: skip
     return {"header": headers(SUMMARY_COLUMNS), "rows": rows, "titles": titles, "epsilon_note": note,
+            "sample_note": sample_note(runs, names),
             "classes": ["text", None, None] + ["num"] * (len(SUMMARY_COLUMNS) - 3)}  # fmt: skip
 
 

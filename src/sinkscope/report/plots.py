@@ -103,6 +103,24 @@ def layer_ticks(ax, axis: str = "x") -> None:
     (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
 
 
+def layer_range(ax, layers, axis: str = "x") -> None:
+    """A bar chart's layer axis over exactly its layers, 0 … L−1 (bars ±0.5 around each; matplotlib's margins
+    would run a ticked axis of 18 layers on to 18), with integer ticks."""
+    low, high = float(np.min(layers)) - 0.5, float(np.max(layers)) + 0.5
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(low, high)
+    layer_ticks(ax, axis)
+
+
+def position_axis(ax, n_positions: int) -> None:
+    """A symlog key-position axis (linear up to 1) ticked at 0, 1, 2, 4, 8, … < `n_positions`, written as plain
+    integers (matplotlib's symlog labels read "0, 10⁰, 10¹")."""
+    powers = [2**i for i in range(int(np.log2(max(n_positions - 1, 1))) + 1) if 2**i < n_positions]
+    ticks = [0] + (powers if len(powers) <= 8 else powers[::2])  # at most 8 powers: every other one beyond
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 def legend_below(ax, n_entries: int, columns: int = 3) -> None:
     """The axes' legend under its x label, outside the data (a legend inside can cover a curve)."""
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=max(1, min(columns, n_entries)),
@@ -183,7 +201,7 @@ def position_sinks(positions: pd.DataFrame) -> Figure:
     left, right = fig.subplots(1, 2)
     mean = positions.groupby("position")["sink_rate"].mean()
     left.plot(mean.index, mean.values, marker=".", ms=3)
-    left.set_xscale("symlog", linthresh=1)
+    position_axis(left, int(positions["position"].max()) + 1)
     left.set_xlabel("key position k")
     left.set_ylabel("sink rate")
     left.set_ylim(-0.02, 1.02)
@@ -212,6 +230,6 @@ def head_classes(heads: pd.DataFrame) -> Figure:
     ax.set_xlabel("layer")
     ax.set_ylabel("heads")
     ax.set_title("Head classes per layer", fontsize=10)
-    layer_ticks(ax)
+    layer_range(ax, counts.index)
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     return fig

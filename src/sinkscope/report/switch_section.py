@@ -15,8 +15,11 @@ from matplotlib.figure import Figure
 
 from sinkscope.report.glossary import headers
 from sinkscope.report.page import png_figure
-from sinkscope.report.plots import figure_png, has_columns, layer_ticks, legend_below
+from sinkscope.report.plots import figure_png, has_columns, layer_range, layer_ticks, legend_below
 
+# The agreement panel is drawn when at least this share of layers has a switched-off query (else it is mostly gaps:
+# a small run, or a model whose heads rarely switch off at τ; the 2×2 counts table still gives every layer).
+MIN_AGREEMENT_LAYERS = 0.5
 SWITCH_COUNTS = ("switch_n_off_sink", "switch_n_off_nosink", "switch_n_on_sink", "switch_n_on_nosink")
 SELECTION_COLORS = {"lowest-ahon-ln": "#2471a3", "highest-hard-sink": "#c0392b", "random": "#7f8c8d"}
 
@@ -31,12 +34,20 @@ def switch_table(heads: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def agreement_defined(table: pd.DataFrame) -> float:
+    """Share of layers with at least one switched-off query, i.e. with a defined P(hard sink | off)."""
+    return float(table["agreement"].notna().mean()) if len(table) else 0.0
+
+
 def switch_figure(heads: pd.DataFrame) -> Figure:
-    """Left: the 2×2 cell shares per layer (stacked); right: agreement per layer and its spread over heads."""
+    """Left: the 2×2 cell shares per layer (stacked); right, when at least `MIN_AGREEMENT_LAYERS` of the layers have
+    a switched-off query: agreement per layer and its spread over heads."""
     table = switch_table(heads)
     shares = table[list(SWITCH_COUNTS)].div(table[list(SWITCH_COUNTS)].sum(axis=1), axis=0)
-    fig = Figure(figsize=(10, 3.4))
-    left, right = fig.subplots(1, 2)
+    with_agreement = agreement_defined(table) >= MIN_AGREEMENT_LAYERS
+    fig = Figure(figsize=(10, 3.4) if with_agreement else (5.6, 3.4))
+    axes = np.atleast_1d(fig.subplots(1, 2 if with_agreement else 1))
+    left = axes[0]
     bottom = np.zeros(len(table))
     labels = ("off & sink", "off & no sink", "on & sink", "on & no sink")
     colors = ("#c0392b", "#f5b7b1", "#5dade2", "#d5d8dc")
@@ -47,6 +58,11 @@ def switch_figure(heads: pd.DataFrame) -> Figure:
     left.set_ylabel("share of (head, query) pairs")
     left.set_title("switched off (‖oₜ‖ ≤ τ·mean‖v‖) × hard sink", fontsize=10)
     legend_below(left, len(labels), columns=2)
+    layer_range(left, table["layer"])
+    if not with_agreement:
+        fig.tight_layout()
+        return fig
+    right = axes[1]
     if "switch_agreement" in heads.columns:
         per_head = heads.pivot(index="layer", columns="head", values="switch_agreement")
         right.plot(per_head.index, per_head.to_numpy(), ".", color="#aab7b8", ms=4)
@@ -58,7 +74,6 @@ def switch_figure(heads: pd.DataFrame) -> Figure:
     right.set_ylabel("probability")
     right.set_title("switch ⇔ sink agreement (dots: heads)", fontsize=10)
     legend_below(right, 2, columns=1)
-    layer_ticks(left)
     layer_ticks(right)
     fig.tight_layout()
     return fig
@@ -108,6 +123,22 @@ def head_grid_figure(heads: pd.DataFrame) -> Figure:
     return fig
 
 
+def shared_values_note(heads: pd.DataFrame) -> str | None:
+    """Why the value-drain heatmap repeats across heads, when it does: value drain reads only the values, and query
+    heads that share a key/value head (grouped-query attention) share their values. None when every head differs."""
+    if not has_columns(heads, "layer", "head", "value_drain"):
+        return None
+    H = heads["head"].nunique()
+    distinct = heads.groupby("layer")["value_drain"].apply(lambda v: v.round(12).nunique()).max()
+    if H < 2 or distinct >= H:
+        return None
+    if distinct == 1:
+        return ("Value drain is constant within each layer: all query heads of a layer read one key/value head (its "
+                "values are shared), and value drain ‖v₀‖ / mean ‖vⱼ‖ depends on the values only.")
+    return (f"Value drain repeats in blocks of heads: the query heads of a group share one key/value head (at most "
+            f"{distinct} distinct values per layer for {H} heads), and value drain depends on the values only.")
+
+
 def ablation_figure(curve: pd.DataFrame) -> Figure:
     """Loss change against the fraction of heads removed, per selection; random: mean ± std over draws."""
     fig = Figure(figsize=(5.6, 3.6))
@@ -146,9 +177,17 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
     """What the section shows: its `heading` (naming sink geometry and ablations only when they are shown), each
     panel (figure, and the 2×2 counts or ablation table) or None when the run lacks its columns, and `missing`,
     the notes on the panels left out."""
-    section = {"switch": None, "geometry": None, "head_grid": None, "ablation": None, "missing": []}
+    section = {"switch": None, "geometry": None, "head_grid": None, "drain_note": None, "ablation": None, "missing": []}
     if has_columns(heads, "layer", "head", *SWITCH_COUNTS):
+        table = switch_table(heads)
+        share = agreement_defined(table)
+        note = None
+        if share < MIN_AGREEMENT_LAYERS:
+            note = (f"The agreement P(hard sink | off) per layer is not drawn: only {int(table['agreement'].notna().sum())} "
+                    f"of {len(table)} layers have a query switched off at τ (too few windows, or heads that rarely "
+                    "switch off); the 2×2 counts below give every layer.")  # fmt: skip
         section["switch"] = {
+            "note": note,
             "figure": png_figure(figure_png(switch_figure(heads)),
                                  "Switched-off × hard-sink per layer (docs/theory/geometry.md, the hard switch)"),
             "counts": _table(switch_table(heads), {"layer": "d", **dict.fromkeys(SWITCH_COUNTS, ".0f"),
@@ -165,6 +204,7 @@ def switch_section(heads: pd.DataFrame, layers: pd.DataFrame, ablation: pd.DataF
     if has_columns(heads, "layer", "head") and ({"value_drain", "ahon_ln"} & set(heads.columns)):
         section["head_grid"] = png_figure(figure_png(head_grid_figure(heads)),
                                           "Value drain and AHON-LN per head (docs/statistics.md)")  # fmt: skip
+        section["drain_note"] = shared_values_note(heads)
     if has_columns(ablation, "selection", "fraction", "delta_loss"):
         section["heading"] = "Attention switch, sink geometry and ablations" if section["geometry"] else \
             "Attention switch and ablations"

@@ -5,7 +5,9 @@ needs. Window w's row (L layers, H heads, T tokens; `α^w_{l,h} = mean_t A[t,0]`
 
 - `sink_rate` = mean_{l,h} [α^w_{l,h} > ε] (Gu et al.'s per-window sink rate; the run's `sink_rate` is its mean);
 - `mean_sink_score` = mean_{l,h} α^w_{l,h}; `mean_diag_score` = mean_{l,h} mean_{t≥1} A[t,t];
-- `mlp_like_frac` = mean_l of the share of queries t ≥ 1 at which every head is hard-sink or hard-diagonal.
+- `mlp_like_frac` = mean_l of the share of queries t ≥ 1 at which every head is hard-sink or hard-diagonal;
+- `tokens_hash` = `Σ_t (id_t · 31^t mod P) mod P`, P = 2³¹ − 1: two runs whose tables agree in it window by window
+  read the same windows, and a comparison may resample them in pairs.
 
 The state is `MAX_WINDOWS` rows whatever the corpus (windows past it are left out of the table, which says how
 many it holds), so it never grows with the corpus.
@@ -22,8 +24,17 @@ from sinkscope.statistics.state import Sum
 from sinkscope.statistics.statistic import Columns, Rows, Statistic, Tables
 from sinkscope.stats.patterns import key_scores_from_columns
 
-MAX_WINDOWS = 4096  # 4096 × 5 float64: 160 kB of state
-SUMS = ("seen", "sink_exceed", "sink", "diag", "mlp_like")
+MAX_WINDOWS = 4096  # 4096 × 6 float64: 192 kB of state
+SUMS = ("seen", "sink_exceed", "sink", "diag", "mlp_like", "tokens_hash")
+HASH_PRIME = 2**31 - 1
+
+
+def tokens_hash(ids: Tensor) -> Tensor:
+    """`Σ_t (id_t · 31^t mod P) mod P` of each window (B, T) → (B,) int64 (P = `HASH_PRIME`; exact in float64)."""
+    powers = torch.ones(ids.shape[-1], dtype=torch.int64)
+    for t in range(1, len(powers)):
+        powers[t] = powers[t - 1] * 31 % HASH_PRIME
+    return (ids.long().cpu() * powers % HASH_PRIME).sum(-1) % HASH_PRIME
 
 
 class WindowSummary(Statistic):
@@ -31,6 +42,7 @@ class WindowSummary(Statistic):
     diagonal scores and MLP-like share; `compute` gives the extra table `windows`."""
 
     name = "window_summary"
+    stacked = True
 
     def __init__(self, n_layers: int, n_heads: int, seq_len: int, epsilon: float, device="cpu") -> None:
         super().__init__()
@@ -44,19 +56,21 @@ class WindowSummary(Statistic):
         self._keep = window_ids < MAX_WINDOWS
         self._rows = window_ids[self._keep]
         self._add("seen", torch.ones(len(window_ids), dtype=torch.float64, device=window_ids.device))
+        self._add("tokens_hash", tokens_hash(ids).to(window_ids.device))
 
-    def _add(self, name: str, value: Tensor) -> None:  # value (B,) per window of the batch
+    def _add(self, name: str, value: Tensor) -> None:  # value (..., B) per window of the batch, summed over layers
         if len(self._rows):
+            value = value.reshape(-1, value.shape[-1]).sum(0) if value.dim() > 1 else value
             self.sums[name].add(value.double()[self._keep.to(value.device)].to(self._rows.device), (self._rows,))
 
     def on_columns(self, layer: int, columns: Columns) -> None:
-        alpha = key_scores_from_columns(columns.columns)[..., 0]  # (B, H): α^w_{l,h}
+        alpha = key_scores_from_columns(columns.columns)[..., 0]  # (..., B, H): α^w_{l,h}
         self._add("sink_exceed", (alpha > self.epsilon).sum(-1))
         self._add("sink", alpha.sum(-1))
         self._add("diag", columns.diagonal[..., 1:].mean(-1).sum(-1))  # Σ_h mean_{t≥1} A[t,t]
 
     def on_rows(self, layer: int, rows: Rows) -> None:
-        self._add("mlp_like", (rows.hard_sink | rows.hard_diag).all(dim=1).sum(-1))  # both false at t = 0
+        self._add("mlp_like", (rows.hard_sink | rows.hard_diag).all(dim=-2).sum(-1))  # both false at t = 0
 
     def compute(self, windows: int) -> Tables:
         values = {name: state.value.cpu().numpy() for name, state in self.sums.items()}
@@ -68,5 +82,6 @@ class WindowSummary(Statistic):
             "mean_sink_score": values["sink"][stored] / LH,
             "mean_diag_score": values["diag"][stored] / LH,
             "mlp_like_frac": values["mlp_like"][stored] / (self.L * (self.T - 1)),
+            "tokens_hash": values["tokens_hash"][stored].astype(np.int64),
         })  # fmt: skip
         return Tables(extra={"windows": table})

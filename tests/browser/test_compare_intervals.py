@@ -1,0 +1,78 @@
+"""The comparison page's Δ intervals (issue 35), in a real headless Chromium at 1280 px.
+
+The shared runs (conftest.py `runs`): `prose_run` (6 windows of a text), `random_run` (4 windows of random
+tokens: the sample note names the difference) and `deep_run` (another model on the same 6 windows: a paired
+interval). Each interval is checked against the runs' own per-window tables: it contains its Δ, and its
+half-width is within a factor of the normal-theory 1.96·√(s²_a/n_a + s²_b/n_b) (independent) or
+1.96·s_d/√n (paired differences d) computed here with numpy. A run without windows.parquet (made before it
+existed) gets "no interval: per-window data not stored".
+"""
+
+import contextlib
+import io
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sinkscope.cli.main import main
+
+pytestmark = pytest.mark.browser
+NAMES = ["prose_run", "random_run", "deep_run"]
+
+
+def summary_rows(page) -> list[list[dict]]:
+    return page.evaluate("""() => [...document.querySelector('#summary ~ table').rows].map(r => [...r.cells].map(c =>
+        ({value: c.firstChild ? c.firstChild.textContent : '', interval: (c.querySelector('.interval') || {}).textContent,
+          title: c.title})))""")
+
+
+def test_intervals_contain_each_delta_with_a_bootstrap_width(runs, open_page):
+    loaded = open_page(runs / "cmp.html", viewport=(1280, 900))
+    page = loaded.page
+    table = summary_rows(page)
+    header = [c["value"] for c in table[0]]
+    rows = {row[0]["value"]: row for row in table[1:]}
+    assert list(rows) == NAMES
+    windows = {n: pd.read_parquet(runs / n / "windows.parquet") for n in NAMES}
+    for column, key in (("Δ sink rate", "sink_rate"), ("Δ mean sink", "mean_sink_score"),
+                        ("Δ mean diag", "mean_diag_score")):  # fmt: skip
+        at = header.index(column)
+        assert rows["prose_run"][at]["value"] == "–" and rows["prose_run"][at]["interval"] is None
+        a = windows["prose_run"][key].to_numpy()
+        for name, paired in (("random_run", False), ("deep_run", True)):
+            b = windows[name][key].to_numpy()
+            summary = json.loads((runs / name / "run.json").read_text())["summary"]
+            assert b.mean() == pytest.approx(summary[key], abs=1e-7)  # the per-window table averages to the summary
+            cell = rows[name][at]
+            delta = float(cell["value"])
+            low, high = (float(x) for x in cell["interval"].strip("[]").split(", "))
+            assert low <= delta + 5e-4 and delta - 5e-4 <= high, (name, column, cell)
+            if paired:
+                assert "paired" in cell["title"] and "6 and 6 windows" in cell["title"]
+                normal = 1.96 * (b - a).std(ddof=1) / np.sqrt(len(a))
+            else:
+                assert "on their own" in cell["title"] and "4 and 6 windows" in cell["title"]
+                normal = 1.96 * np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+            if normal > 1e-3:  # (a rate that is 0 in every window has a zero-width interval)
+                assert 0.4 * normal <= (high - low) / 2 <= 1.6 * normal, (name, column, cell, normal)
+    assert "differ in windows (prose_run 6, random_run 4, deep_run 6)" in page.inner_text("#sample-note")
+    width = page.evaluate("""() => { const t = document.querySelector('#summary ~ table');
+        return {right: t.getBoundingClientRect().right, scroll: t.scrollWidth, client: t.clientWidth,
+                page: document.documentElement.scrollWidth}; }""")
+    assert width["right"] <= 1280 and width["scroll"] <= width["client"] and width["page"] <= 1280, width
+    loaded.assert_clean()
+
+
+def test_a_run_without_per_window_data_says_so(runs, open_page, tmp_path):
+    shutil.copytree(runs / "random_run", tmp_path / "old_run")
+    (tmp_path / "old_run" / "windows.parquet").unlink()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["report", str(runs / "prose_run"), str(tmp_path / "old_run"), "--out", str(tmp_path / "c.html")]) == 0
+    loaded = open_page(tmp_path / "c.html", viewport=(1280, 900))
+    row = summary_rows(loaded.page)[2]
+    intervals = [c["interval"] for c in row if c["interval"] is not None]
+    assert intervals == ["no interval: per-window data not stored"] * 3, row
+    loaded.assert_clean()
