@@ -108,3 +108,19 @@ def test_sink_query_cells_at_an_asymmetric_delta(name, delta, tiny):
                 assert bool(cells[(layer, head)][b, t]) == expected, (name, layer, head, b, t)
                 marked += expected
     assert 0 < marked < len(heads) * ids.numel()
+
+
+@pytest.fixture
+def asymmetric(monkeypatch):
+    """The other families' column test at δ = 0.35 (1 − δ = 0.65 ≠ δ), τ = 0.45 and two more ε."""
+    more.model_and_reference.cache_clear()
+    monkeypatch.setattr(more, "CONFIG", more.AnalyzeConfig(epsilon=0.2, delta=0.35, tau=0.45, epsilons=(0.1, 0.55),
+                                                           geometry_cap=0))  # fmt: skip
+    yield
+    more.model_and_reference.cache_clear()  # the cached references belong to this configuration
+
+
+@pytest.mark.parametrize(("name", "path"), [("falcon_alibi", "blocks"), ("gpt_neox", "default"), ("phi3", "blocks"),
+                                            ("qwen3_moe", "default")])  # fmt: skip
+def test_every_column_at_an_asymmetric_delta(name, path, asymmetric, monkeypatch):
+    more.test_every_column_equals_the_eager_reference(name, path, monkeypatch)

@@ -87,3 +87,10 @@ def test_percentile_interval_over_the_finite_values():
     assert percentile_interval(values, 3.0) == (pytest.approx(0.25), pytest.approx(9.75))  # 0..10, interpolated
     assert all(math.isnan(x) for x in percentile_interval(values, math.nan))
     assert all(math.isnan(x) for x in percentile_interval(np.array([np.nan]), 1.0))
+
+
+def test_quantile_indices_where_they_are_not_whole_numbers():
+    """With 21 resamples the 97.5 % quantile index is 19.5, rounded up to the largest; with 40 the median index
+    (n − 1) // 2 = 19 is the lower of the two middle verdicts."""
+    assert capped(PARTLY, [NOT_SUPPORTED] + [PARTLY] * 19 + [SUPPORTED])[0] == NOT_MEASURABLE
+    assert capped(PARTLY, [NOT_SUPPORTED] * 20 + [PARTLY] * 20)[0] == NOT_SUPPORTED
