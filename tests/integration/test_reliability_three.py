@@ -366,3 +366,27 @@ def test_a_train_bb_grid_reuses_a_run_only_when_trained_with_the_same_configurat
 
 
 no_bb_page = two.no_bb_page
+
+
+# --- 11. --out . and --out "" ----------------------------------------------------------------------------------
+
+
+def test_out_dot_and_empty_out_are_one_line_or_work(tiny, tmp_path, capsys, monkeypatch, no_report):
+    model, corpus = tiny
+    commands = {"analyze": analyze_args(tiny), "cost": ["cost", "--T", "4"], "train-bb": ["train-bb", "--steps", "2"],
+                "sweep": ["sweep", "--models", str(model), "--corpora", str(corpus), "--seq-lens", "8"]}  # fmt: skip
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    monkeypatch.chdir(mine)
+    for name, argv in commands.items():
+        assert f"--out {mine} already exists" in one_error(capsys, [*argv, "--out", "."]) or name == "sweep"
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--out", ""])
+        assert exit_.value.code == 2 and "argument --out: --out is empty" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert main([*commands["analyze"], "--out", "."]) == 0
+    assert json.loads((tmp_path / "empty" / "run.json").read_text())["corpus"]["windows"] == 6

@@ -116,6 +116,22 @@ def _seq_len_or_whole(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'whole'") from None
 
 
+def _out_path(text: str) -> Path:
+    """`--out` as a folder with a name of its own (`staging.output_path`: `.` is the current folder by its absolute
+    path); an empty `--out` is one line, not a traceback deep in a command."""
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.staging import output_path
+
+    try:
+        return output_path(text)
+    except SinkscopeError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _out_text(text: str) -> str:
+    return str(_out_path(text))
+
+
 def output_options(
     out_help: str,
     *,
@@ -127,7 +143,7 @@ def output_options(
     """Where results go: `--out` (help `out_help`; `required=False` means default None; `as_path` parses it as
     a Path), and when their help is given `--overwrite` and `--quiet` (what each means differs by command)."""
     parser = _parent()
-    out = {"type": Path} if as_path else {}
+    out = {"type": _out_path if as_path else _out_text}
     if required:
         parser.add_argument("--out", required=True, help=out_help, **out)
     else:
