@@ -88,7 +88,7 @@ def test_a_failed_flex_kernel_falls_back_to_the_rows_path_once_with_a_warning(mo
         calls.append(1)
         raise RuntimeError("no Triton here")
 
-    monkeypatch.setattr(flex, "flex_rows", broken)
+    monkeypatch.setattr(flex, "flex_parts", broken)
     monkeypatch.setattr(attention, "_flex_failed", False)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 9, 8, generator=g) for _ in range(3))

@@ -106,7 +106,7 @@ def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, m
     """The analysis by the default routing (these short windows take the rows path wherever it is exact), with the
     fused path forced (`ROWS_UP_TO_SEQ_LEN` 0), with CUDA's flex path forced (eager flex_attention on the CPU)
     and with the block path forced; layer calls of each path counted."""
-    calls = {"row_attention": 0, "fused_attention": 0, "flex_rows": 0}
+    calls = {"row_attention": 0, "fused_attention": 0, "flex_parts": 0}
     runs = {}
     for path, limit in (("default", attention.ROWS_UP_TO_SEQ_LEN), ("fused", 0)):
         with monkeypatch.context() as patch:
@@ -119,9 +119,9 @@ def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, m
     with monkeypatch.context() as patch:
         route = attention.attention_path
         patch.setattr(attention, "attention_path", lambda *a: "blocks" if route(*a) == "blocks" else "flex")
-        flex_rows = attention.flex.flex_rows
-        patch.setattr(attention.flex, "flex_rows", lambda *a: calls.__setitem__("flex_rows", calls["flex_rows"] + 1)
-                      or flex_rows(*a))
+        flex_parts = attention.flex.flex_parts
+        patch.setattr(attention.flex, "flex_parts",
+                      lambda *a: calls.__setitem__("flex_parts", calls["flex_parts"] + 1) or flex_parts(*a))
         runs["flex"] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
         patch.setattr(attention, "attention_path", lambda *a: "blocks")
@@ -138,7 +138,7 @@ def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     runs, calls = run_three_paths(lm, ids, config, monkeypatch)
     # layers × batches (10 windows in batches of 4), once by default (rows) and once forced (fused, flex)
     assert calls == {"row_attention": FAMILIES[name] * 3, "fused_attention": FAMILIES[name] * 3,
-                     "flex_rows": FAMILIES[name] * 3}
+                     "flex_parts": FAMILIES[name] * 3}
     ref, _ = reference(lm, ids, config.delta, config.tau)
     att = torch.stack(lm.base(input_ids=ids, output_attentions=True, use_cache=False).attentions).double()
     L, N, H = att.shape[:3]

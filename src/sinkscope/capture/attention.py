@@ -5,7 +5,7 @@ attention function registered without one gets no causal mask, and would silentl
 Four paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
 picks one:
 
-- `capture.flex.flex_rows`, on CUDA for plain causal attention at every length: two `flex_attention` calls
+- `capture.flex.flex_parts`, on CUDA for plain causal attention at every length: two `flex_attention` calls
   compiled into fused kernels, no map (the module's doc has the identities).
 - `row_attention`, for plain causal attention (no mask tensor, no softcap) up to `ROWS_UP_TO_SEQ_LEN` tokens
   (at every length where the fused path cannot run):
@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from sinkscope.capture import flex
-from sinkscope.capture.layer_rows import LayerRows
+from sinkscope.capture.layer_rows import LayerRows, PackedRows
 from sinkscope.capture.learned_sink import learned_sink_attention
 from sinkscope.stats.patterns import entropy_weights
 
@@ -55,7 +55,7 @@ BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 
 
 
-LayerObserver = Callable[[int, LayerRows], None]
+LayerObserver = Callable[[int, LayerRows | PackedRows], None]
 """`observer(layer, rows)` once per layer and forward pass, when the layer took the rows or fused path."""
 
 
@@ -268,13 +268,15 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -
     return out.transpose(1, 2).to(query.dtype).contiguous(), rows
 
 
-def _layer_rows(path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
-    """Output and `LayerRows` by `path` ("flex", "rows" or "fused"); where the compiled flex kernels cannot run
+def _layer_rows(
+    path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float
+) -> tuple[Tensor, LayerRows | PackedRows]:
+    """Output and `LayerRows` (packed on the flex path) by `path` ("flex", "rows" or "fused"); where the compiled flex kernels cannot run
     here (no Triton, an unsupported head size), one warning and the rows path for the rest of the process."""
     global _flex_failed
     if path == "flex":
         try:
-            return flex.flex_rows(query, key, value, scaling)
+            return flex.flex_parts(query, key, value, scaling)
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # compilation errors come in many types (dynamo, inductor, Triton)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.layer_inputs import layer_input_hooks
-from sinkscope.capture.layer_rows import LAYER_ROWS_FIELDS, LayerRows
+from sinkscope.capture.layer_rows import LAYER_ROWS_FIELDS, LayerRows, PackedRows
 from sinkscope.capture.outputs import attention_output_hooks
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module, softmax_layers
@@ -65,7 +65,7 @@ class Feed:
         self._diagonal: dict[int, Tensor] = {}
         self._learned_sink: dict[int, Tensor] = {}
         self._value_norms: dict[int, Tensor] = {}  # a layer's ||v_j|| (B, KV, T) until its attention reports
-        self._deferred: list[tuple[int, LayerRows, Tensor]] = []  # map-free layers of the batch, in forward order
+        self._deferred: list[tuple[int, LayerRows | PackedRows, Tensor]] = []  # map-free layers, in forward order
         self._watched_layers: set[int] = set()  # layers whose attention function must report every forward pass
         self._attended: set[int] = set()  # layers whose attention function reported in this forward pass
         self._finite: list[tuple[list[int], Tensor]] = []  # (layers, their per-window finiteness), on the device
@@ -145,6 +145,8 @@ class Feed:
         return norms.repeat_interleave(self.group, dim=-2)
 
     def _emit_values(self, layer: int) -> None:
+        if layer not in self._value_norms:  # blocks handed in directly (no attention function ran)
+            return
         norms = self._head_norms(self._value_norms.pop(layer))
         for statistic in self.statistics:
             statistic.on_values(layer, norms)
@@ -165,8 +167,9 @@ class Feed:
             sums["learned_sink"] = learned.double().sum((0, 2))
         self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1), learned))
 
-    def on_layer(self, layer: int, rows: LayerRows) -> None:
-        """One layer's whole attention over the batch from a map-free path (`LayerRows`): kept until `end_batch`."""
+    def on_layer(self, layer: int, rows: LayerRows | PackedRows) -> None:
+        """One layer's whole attention over the batch from a map-free path (`LayerRows`, or packed as the flex path
+        leaves them): kept until `end_batch`."""
         self._deferred.append((layer, rows, self._value_norms.pop(layer)))
 
     def _flush_layers(self) -> None:
@@ -175,8 +178,7 @@ class Feed:
         if not self._deferred:
             return
         layers = tuple(layer for layer, _, _ in self._deferred)
-        stack = lambda name: torch.stack([getattr(rows, name) for _, rows, _ in self._deferred])  # noqa: E731
-        sink, diag, prev, columns, entropy, out_norms = map(stack, LAYER_ROWS_FIELDS)
+        sink, diag, prev, columns, entropy, out_norms = self._stacked_rows([rows for _, rows, _ in self._deferred])
         norms = self._head_norms(torch.stack([norms for *_, norms in self._deferred]))
         self._deferred.clear()
         self._check_finite(list(layers), entropy.sum(-1) + out_norms.sum((-2, -1)))
@@ -199,6 +201,17 @@ class Feed:
                 statistic.on_values(layer, norms[i])
                 statistic.on_rows(layer, layer_rows)
                 statistic.on_columns(layer, layer_columns)
+
+    @staticmethod
+    def _stacked_rows(items: list[LayerRows | PackedRows]) -> list[Tensor]:
+        """The `LayerRows` fields of several layers, each (L', B, H, ·): packed rows of one kind are stacked and
+        unpacked at once, anything else unpacked layer by layer and stacked field by field."""
+        first = items[0]
+        if isinstance(first, PackedRows) and all(isinstance(i, PackedRows) and i.unpack is first.unpack for i in items):
+            rows = first.unpack(torch.stack([item.parts for item in items]))
+            return [getattr(rows, name) for name in LAYER_ROWS_FIELDS]
+        unpacked = [item.unpack(item.parts) if isinstance(item, PackedRows) else item for item in items]
+        return [torch.stack([getattr(rows, name) for rows in unpacked]) for name in LAYER_ROWS_FIELDS]
 
     def _rows(self, layer: int, rows: Rows) -> None:
         for statistic in self.statistics:

@@ -24,9 +24,10 @@ import warnings
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from sinkscope.capture.layer_rows import LayerRows
+from sinkscope.capture.layer_rows import LayerRows, PackedRows
 from sinkscope.stats.patterns import entropy_weights
 
 try:  # torch ≥ 2.5
@@ -103,10 +104,20 @@ def _kernels(device_type: str) -> tuple[Callable, Callable]:
             torch.compile(_log_column_sums, fullgraph=True, backend=COMPILE_BACKEND))  # fmt: skip
 
 
-def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
-    """Plain causal attention and its `LayerRows` (module doc); the output is (B, T, H, Dv) like transformers'.
+@functools.cache
+def _row_constants(seq_len: int, device: str) -> tuple[Tensor, Tensor]:
+    """The entropy weights `w_t = 1/log(t+1)` (`w_0 = 0`), float64, and the mask `t ≥ 1` (float32), per T."""
+    return entropy_weights(0, seq_len, device), (torch.arange(seq_len, device=device) >= 1).float()
 
-    `query` (B, H, T, D), `key`/`value` (B, KV, T, ·) (GQA: query head h reads kv head `h // (H // KV)`).
+
+def flex_parts(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, PackedRows]:
+    """Plain causal attention (B, T, H, Dv) like transformers', and its `LayerRows` packed (`PACKED`, module doc).
+
+    `query` (B, H, T, D), `key`/`value` (B, KV, T, ·) (GQA: query head h reads kv head `h // (H // KV)`). Besides
+    the two kernels, a few dozen tensor operations per layer (each a kernel launch on an accelerator): the four
+    logits `S[t,0]`, `S[t,t]`, `S[t,t−1]` and `s q_t·k̄` come from one product of q with the keys of each row
+    stacked, `[k_0, k_t, k_{t−1}, k̄]`; turning the packed numbers into `LayerRows` (`unpack_rows`) waits until
+    every layer's are stacked.
     """
     B, H, T, D = query.shape
     KV, Dv = key.shape[1], value.shape[-1]
@@ -116,32 +127,46 @@ def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tupl
     causal, anti_causal = _block_masks(T, str(query.device))
     forward, log_column_sums = _kernels(query.device.type)
     mixed, lse = forward(q, k, torch.cat([value.float(), k - k_mean], -1), scaling, causal)
-    log_columns = log_column_sums(k.repeat_interleave(group, 1), q, lse, scaling, anti_causal)
+    keys = k.unsqueeze(2).expand(B, KV, group, T, D).reshape(B, H, T, D)  # kv head of every query head
+    log_columns = log_column_sums(keys, q, lse, scaling, anti_causal)
     out, k_mix = mixed[..., :Dv], mixed[..., Dv:]
-
-    q_groups = q.view(B, KV, group, T, D)
-
-    def logits(keys: Tensor) -> Tensor:  # s q_t·keys_t per query head, keys (B, KV, T or 1, D) → (B, H, T)
-        return (scaling * (q_groups * keys.unsqueeze(2)).sum(-1)).view(B, H, -1)
-
-    def entries(keys: Tensor, rows: slice = slice(None)) -> Tensor:  # A[t, j(t)] = exp(S[t, j(t)] − lse_t)
-        return torch.exp(logits(keys) - lse[..., rows])
-
-    prev = torch.zeros_like(lse)
-    prev[..., 1:] = torch.exp((scaling * (q_groups[..., 1:, :] * k[:, :, None, :-1]).sum(-1)).view(B, H, T - 1)
-                              - lse[..., 1:])  # fmt: skip
+    # Row t's keys [k_0, k_t, k_{t−1}, k̄] (k_{−1} = 0, its entry masked in `unpack_rows`), (B, KV, 1, T, 4, D).
+    row_keys = torch.stack([k[:, :, :1].expand(B, KV, T, D), k, F.pad(k, (0, 0, 1, 0))[:, :, :T],
+                            k_mean.expand(B, KV, T, D)], 3).unsqueeze(2)  # fmt: skip
+    q_scaled = (q * scaling).view(B, KV, group, T, 1, D)
+    logits = (q_scaled * row_keys).sum(-1).view(B, H, T, 4)  # s q_t·[k_0, k_t, k_{t−1}, k̄]
     # Dot products in float32 (no float64 copy of q: it would double the path's memory), differences in float64.
-    centred = lse.double() - logits(k_mean).double()
-    row_entropy = centred - (scaling * torch.linalg.vecdot(q, k_mix)).double()
-    rows = LayerRows(
-        sink=entries(k[:, :, :1]),
-        diag=entries(k),
-        prev=prev,
-        columns=log_columns.double().exp(),
-        entropy=(row_entropy * entropy_weights(0, T, query.device)).sum(-1),
-        out_norms=out.norm(dim=-1),
+    mixed_logit = torch.linalg.vecdot(q_scaled.view(B, H, T, D), k_mix)  # s q_t·ō_t
+    parts = torch.cat([logits, torch.stack([lse, mixed_logit, log_columns, out.norm(dim=-1)], -1)], -1)
+    return out.transpose(1, 2).to(query.dtype).contiguous(), PackedRows(parts, unpack_rows)
+
+
+PACKED = ("S[t,0]", "S[t,t]", "S[t,t-1]", "s q_t·k̄", "lse_t", "s q_t·ō_t", "log c_t", "||o_t||")
+"""What `flex_parts` packs for each head and query row, in this order (float32)."""
+
+
+def unpack_rows(parts: Tensor) -> LayerRows:
+    """`LayerRows` from packed rows (..., B, H, T, 8) of `flex_parts`, leading dimensions (layers) kept:
+    `A[t,j] = exp(S[t,j] − lse_t)` for j = 0, t, t−1 (0 at t = 0), `c_t = exp(log c_t)` and the entropy sum
+    `Σ_t w_t ((lse_t − s q_t·k̄) − s q_t·ō_t)` in float64 (module doc)."""
+    weights, not_first = _row_constants(parts.shape[-2], str(parts.device))
+    lse = parts[..., 4]
+    entries = torch.exp(parts[..., :3] - lse.unsqueeze(-1))
+    row_entropy = (lse.double() - parts[..., 3].double()) - parts[..., 5].double()
+    return LayerRows(
+        sink=entries[..., 0],
+        diag=entries[..., 1],
+        prev=entries[..., 2] * not_first,
+        columns=parts[..., 6].double().exp(),
+        entropy=(row_entropy * weights).sum(-1),
+        out_norms=parts[..., 7],
     )
-    return out.transpose(1, 2).to(query.dtype).contiguous(), rows
+
+
+def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
+    """`flex_parts` with its `LayerRows` unpacked: the output (B, T, H, Dv) and one layer's rows (B, H, T)."""
+    out, packed = flex_parts(query, key, value, scaling)
+    return out, unpack_rows(packed.parts)
 
 
 def warn_fallback(error: Exception) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 from torch import Tensor
 
@@ -22,3 +23,17 @@ class LayerRows:
     columns: Tensor
     entropy: Tensor
     out_norms: Tensor
+
+
+LAYER_ROWS_FIELDS = tuple(field.name for field in fields(LayerRows))
+"""The field names in order: sink, diag, prev, columns, entropy, out_norms."""
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """One layer's `LayerRows` still packed as a path left them: `unpack(parts)` gives them, and
+    `unpack(torch.stack(parts of several layers))` gives theirs with a leading layer axis (fewer operations than
+    unpacking each layer)."""
+
+    parts: Tensor
+    unpack: Callable[[Tensor], LayerRows]

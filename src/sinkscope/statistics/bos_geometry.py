@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 from torch import Tensor
 
 from sinkscope.statistics.state import Max, Sum
 from sinkscope.statistics.statistic import Statistic, Tables
-from sinkscope.stats.geometry import bos_geometry_sums
+from sinkscope.stats.geometry import bos_dots, bos_geometry_sums_from
 
 SUMS = ("cos_sum", "cos_nonpos", "norm_ratio_sum")
 
@@ -16,7 +17,8 @@ SUMS = ("cos_sum", "cos_nonpos", "norm_ratio_sum")
 class BosGeometry(Statistic):
     """Per layer and for `h` (residual input) and `z` (attention input): Σ cos(x_0, x_t), max cos, the count of
     cos ≤ 0 over t ≥ 1, and Σ_w ||x_0|| / mean_{t≥1} ||x_t||; `compute` gives their means (`bos_cos_*`,
-    `bos_norm_ratio_*`)."""
+    `bos_norm_ratio_*`). Per layer only the norms `||x_t||` and the dot products `x_t·x_0` of h and z are taken
+    (B, T each) and kept until `end_batch`, which turns every layer's into the sums at once."""
 
     name = "bos_geometry"
 
@@ -27,11 +29,21 @@ class BosGeometry(Statistic):
             f"{kind}_{name}": self.add_state(f"{kind}_{name}", Sum((n_layers,), device)) for kind in "hz" for name in SUMS
         }
         self.maxima = {f"{kind}_cos_max": self.add_state(f"{kind}_cos_max", Max((n_layers,), device)) for kind in "hz"}
+        self._batch: dict[int, Tensor] = {}  # layer -> (2, 2, B, T): norms and dots × h and z, this batch
 
     def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
-        for kind, x in (("h", h), ("z", z)):
-            for name, value in bos_geometry_sums(x).items():
-                (self.maxima if name == "cos_max" else self.sums)[f"{kind}_{name}"].add(value, (layer,))
+        x = torch.stack([h, z]).float()  # (2, B, T, d)
+        self._batch[layer] = torch.stack([x.norm(dim=-1), bos_dots(x)])
+
+    def end_batch(self, batch_size: int) -> None:
+        if not self._batch:
+            return
+        layers = tuple(self._batch)
+        parts = torch.stack(list(self._batch.values()))  # (L', 2, 2, B, T)
+        self._batch.clear()
+        for name, value in bos_geometry_sums_from(parts[:, 0], parts[:, 1]).items():  # each (L', 2): h, z
+            for k, kind in enumerate("hz"):
+                (self.maxima if name == "cos_max" else self.sums)[f"{kind}_{name}"].add(value[:, k], (layers,))
 
     def compute(self, windows: int) -> Tables:
         W, n_ctx = windows, windows * (self.seq_len - 1)

@@ -21,6 +21,7 @@ class KeyTokens(Statistic):
     None (then `token` is the id)."""
 
     name = "key_tokens"
+    stacked = True
 
     def __init__(self, n_layers: int, n_heads: int, seq_len: int, epsilon: float, tokenizer=None, device="cpu") -> None:
         super().__init__()
@@ -44,13 +45,16 @@ class KeyTokens(Statistic):
             return  # no key has both a predecessor (BOS) and a later query
         if self._batch_ids is None:
             raise SinkscopeError("the key-token table needs begin_batch(ids) before each forward pass")
-        received = received_from_columns(columns.columns, columns.diagonal)  # (B, H, T-2)
+        received = received_from_columns(columns.columns, columns.diagonal)  # (..., B, H, T-2)
         per_occurrence = {
-            "received": received.sum(1).flatten(),  # summed over heads
-            "received_exceed": (received > self.epsilon).sum(1).flatten().double(),
+            "received": received.sum(-2).flatten(-2),  # summed over heads: (..., B·(T-2))
+            "received_exceed": (received > self.epsilon).sum(-2).flatten(-2).double(),
         }
+        rows = self._batch_rows.view(-1, 1)  # (B·(T-2), 1) occurrence → row of its id
+        layers = torch.as_tensor(layer, device=rows.device).view(1, -1)  # (1, L'): one layer or a tuple of them
         for name, value in per_occurrence.items():  # layers may sit on other devices (--device-map auto)
-            self._batch[name][:, layer].index_add_(0, self._batch_rows, value.to(self._batch_rows.device))
+            value = value.to(rows.device).view(-1, rows.shape[0]).T  # (B·(T-2), L')
+            self._batch[name].index_put_((rows, layers), value, accumulate=True)
 
     def end_batch(self, batch_size: int) -> None:
         if self._batch_ids is not None:

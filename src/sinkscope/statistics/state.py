@@ -4,7 +4,10 @@ A statistic's state over disjoint sets of windows merges into the state of their
 checkpoints (a state is a dict of named tensors), data parallelism (every rank's state, merged) and a resumed
 run (the saved state, continued) with no per-statistic code. The kinds:
 
-- `Sum`: float64 tensor, merges by `+`;  `Max`: float64 tensor (starts at −∞), merges by elementwise max;
+- `Sum`: float64 tensor, merges by `+`;  `Max`: float64 tensor (starts at −∞), merges by elementwise max; both
+  keep the values added at plain integer indices (a layer, a layer and a head) until their value is read, then
+  fold them in with one stacked operation per shape (a statistic's per-layer updates of a batch cost a few tensor
+  operations instead of a few per layer: on an accelerator each is a kernel launch);
 - `KeyedSum`: float64 rows indexed by integer keys (token ids) as they appear, rows of equal keys add;
 - `PrioritySample`: per layer, the `cap` rows of smallest priority (a uniform sample without replacement when the
   priorities are uniform random numbers), merges by keeping the smallest priorities of both;
@@ -21,7 +24,9 @@ sixty lines of bookkeeping.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
+from collections import defaultdict
 
 import torch
 from torch import Tensor
@@ -63,14 +68,62 @@ class State(ABC):
 
 
 class Sum(State):
-    """A float64 tensor of `shape` that merges by `+`; `add(value, index)` folds a batch in."""
+    """A float64 tensor of `shape` that merges by `+`; `add(value, index)` folds a batch in.
+
+    An `add` at an index of plain non-negative ints (the first may be a tuple of them: several layers at once, the
+    value then has a leading axis of that length) whose value has the shape of the indexed part is kept as it is
+    until `value` is next read; the kept values are then folded in together (`flush`: per index length, one
+    concatenation and one `index_add_`). Any other index is folded in at once."""
 
     def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu") -> None:
         self.shape, self.device = tuple(shape), device
+        self._pending: list[tuple[tuple, Tensor]] = []
         self.value = torch.zeros(shape, dtype=torch.float64, device=device)
 
+    @property
+    def value(self) -> Tensor:
+        """The state, with every kept `add` folded in."""
+        self.flush()
+        return self._value
+
+    @value.setter
+    def value(self, tensor: Tensor) -> None:  # a replaced state drops what was kept for the old one
+        self._pending.clear()
+        self._value = tensor
+
     def add(self, value: Tensor, index: tuple = ()) -> None:
-        self.value[index] += value.detach().to(device=self.value.device, dtype=torch.float64)
+        first = index[0] if isinstance(index, tuple) and index else None
+        lead = (len(first),) if isinstance(first, tuple) else ()
+        if _plain(index) and tuple(value.shape) == lead + self.shape[len(index) :]:
+            self._pending.append((index, value if lead else value.unsqueeze(0)))
+        else:
+            self._fold(index, value.detach().to(device=self._value.device, dtype=torch.float64))
+
+    def _fold(self, index: tuple, value: Tensor) -> None:
+        self.value[index] += value
+
+    def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor) -> None:
+        flat.index_add_(0, rows, values)
+
+    def flush(self) -> None:
+        """Fold in the values kept by `add`: per (index length, shape), one stacked update of the indexed rows."""
+        if not self._pending:
+            return
+        groups: dict[int, list[tuple[tuple, Tensor]]] = defaultdict(list)
+        for index, value in self._pending:
+            groups[len(index)].append((index, value))
+        self._pending.clear()
+        for k, entries in groups.items():
+            flat = self._value.view(-1, *self.shape[k:])  # the first k dimensions as rows
+            strides = [int(torch.Size(self.shape[i + 1 : k]).numel()) for i in range(k)]
+            rows = []
+            for index, _ in entries:
+                first = index[0] if isinstance(index[0], tuple) else (index[0],)
+                rest = sum(i * s for i, s in zip(index[1:], strides[1:]))
+                rows += [f * strides[0] + rest for f in first]
+            values = torch.cat([value for _, value in entries]).detach()
+            device = self._value.device
+            self._fold_rows(_device_rows(tuple(rows), str(device)), flat, values.to(device=device, dtype=torch.float64))
 
     def tensors(self) -> dict[str, Tensor]:
         return {"value": self.value.cpu()}
@@ -91,15 +144,18 @@ class Sum(State):
 
 
 class Max(Sum):
-    """A float64 tensor of `shape` that starts at −∞ and merges by elementwise max; `add` keeps the larger."""
+    """A float64 tensor of `shape` that starts at −∞ and merges by elementwise max; `add` keeps the larger (kept
+    and folded in as `Sum.add` is)."""
 
     def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu") -> None:
         super().__init__(shape, device)
         self.value.fill_(-torch.inf)
 
-    def add(self, value: Tensor, index: tuple = ()) -> None:
-        value = value.detach().to(device=self.value.device, dtype=torch.float64)
+    def _fold(self, index: tuple, value: Tensor) -> None:
         self.value[index] = torch.maximum(self.value[index], value)
+
+    def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor) -> None:
+        flat.index_reduce_(0, rows, values, "amax")
 
     def merge(self, other: State) -> None:
         torch.maximum(self.value, other.value.to(self.value.device), out=self.value)
@@ -273,6 +329,22 @@ class ShiftedMoments(State):
 
     def fresh(self) -> ShiftedMoments:
         return type(self)(self.dim, self.mirrored_at)
+
+
+def _plain(index: tuple) -> bool:
+    """Whether `index` is a non-empty tuple of non-negative Python ints, the first possibly a non-empty tuple of
+    them (the indices `Sum.add` keeps for later)."""
+    if not isinstance(index, tuple) or not index:
+        return False
+    first = index[0] if isinstance(index[0], tuple) and index[0] else (index[0],)
+    return all(type(i) is int and i >= 0 for i in (*first, *index[1:]))
+
+
+@functools.cache
+def _device_rows(rows: tuple[int, ...], device: str) -> Tensor:
+    """The row indices `rows` as a long tensor on `device`, made once: a copy from the host each batch would make
+    an accelerator wait for its queue."""
+    return torch.tensor(rows, dtype=torch.long, device=device)
 
 
 def _checked(tensor: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -14,6 +14,11 @@ order of one forward pass:
                 on_attention_output(layer, out)     the attention module's output (B, T, d) (`needs_outputs`)
                 on_post_norm_output(layer, update)  the post-attention norm's output, where the family has one
     end_batch(batch_size)
+
+A statistic that sets `stacked` takes the layers of the map-free paths all at once, at the end of the batch:
+`on_values`, `on_rows` and `on_columns` then get a tuple of layers for `layer` and tensors with a leading layer
+axis (value norms (L', B, H, T), `Rows` and `Columns` fields (L', B, H, T), row sums (L', H)); for the layers of the
+block path, and for statistics that do not set it, one layer per call as above.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class Statistic:
 
     name: str = "statistic"
     needs_outputs: bool = False  # whether it reads the attention (and post-norm) outputs
+    stacked: bool = False  # whether its attention events accept several layers at once (module doc)
 
     def __init__(self) -> None:
         self._states: dict[str, State] = {}

@@ -20,6 +20,7 @@ class SwitchCounts(Statistic):
     hard diagonal (the layer acts like an MLP). The value norms of a layer live for its batch only."""
 
     name = "switch_counts"
+    stacked = True
 
     def __init__(self, n_layers: int, n_heads: int, seq_len: int, tau: float, device="cpu") -> None:
         super().__init__()
@@ -30,15 +31,15 @@ class SwitchCounts(Statistic):
 
     def on_values(self, layer: int, value_norms: Tensor) -> None:
         self._value_norms[layer] = value_norms
-        self.sums["value_drain"].add(value_drain(value_norms).sum(0), (layer,))
+        self.sums["value_drain"].add(value_drain(value_norms).sum(-2), (layer,))
 
     def on_rows(self, layer: int, rows: Rows) -> None:
         sums = switch_block_sums(rows.out_norms, self._value_norms[layer], rows.hard_sink, rows.start, self.tau)
         for name, value in sums.items():
             self.sums[name].add(value, (layer,))
-        queries = torch.arange(rows.start, rows.start + rows.out_norms.shape[2], device=rows.out_norms.device)
-        every_head = (rows.hard_sink | rows.hard_diag).all(dim=1) & (queries >= 1)  # (B, Q)
-        self.mlp_like.add(every_head.sum().double(), (layer,))
+        queries = torch.arange(rows.start, rows.start + rows.out_norms.shape[-1], device=rows.out_norms.device)
+        every_head = (rows.hard_sink | rows.hard_diag).all(dim=-2) & (queries >= 1)  # (..., B, Q)
+        self.mlp_like.add(every_head.sum((-2, -1)).double(), (layer,))
 
     def end_batch(self, batch_size: int) -> None:
         self._value_norms.clear()

@@ -18,6 +18,7 @@ class WindowSinkRate(Statistic):
     and `sink_rates` (every ε)."""
 
     name = "window_sink_rate"
+    stacked = True
 
     def __init__(self, n_layers: int, n_heads: int, seq_len: int, epsilons: tuple[float, ...], device="cpu") -> None:
         super().__init__()
@@ -26,7 +27,7 @@ class WindowSinkRate(Statistic):
         self.exceed = self.add_state("exceed", Sum((len(epsilons), n_layers, n_heads, seq_len), device))
 
     def on_columns(self, layer: int, columns: Columns) -> None:
-        scores = key_scores_from_columns(columns.columns)  # (B, H, T): α^w_{l,h,k}
+        scores = key_scores_from_columns(columns.columns).movedim(-3, 0)  # (B, ..., H, T): α^w_{l,h,k}
         self.exceed.add(exceed_counts(scores, self._thresholds.to(scores.device)), (slice(None), layer))
 
     def compute(self, windows: int) -> Tables:

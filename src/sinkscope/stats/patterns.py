@@ -158,20 +158,20 @@ def pattern_row_sums(
     col0: Tensor, diag: Tensor, prev: Tensor, q_start: int, delta: float
 ) -> tuple[dict[str, Tensor], Tensor, Tensor]:
     """The SPEC §2 sums that need only three entries of each query row: `col0 = A[t,0]`, `diag = A[t,t]`,
-    `prev = A[t,t-1]` (any value at t = 0), each (B, H, Q) for queries `q_start..q_start+Q-1`.
-    Returns `(sums, hard_sink, hard_diag)` as `pattern_block_sums` does, with the sums `sink` (over every t),
-    `diag`, `prev`, `hard_sink`, `hard_diag` (over t ≥ 1), each (H,) float64."""
+    `prev = A[t,t-1]` (any value at t = 0), each (..., B, H, Q) for queries `q_start..q_start+Q-1` (leading
+    dimensions, e.g. layers, are kept). Returns `(sums, hard_sink, hard_diag)` as `pattern_block_sums` does, with
+    the sums `sink` (over every t), `diag`, `prev`, `hard_sink`, `hard_diag` (over t ≥ 1), each (..., H) float64."""
     Q = col0.shape[-1]
     valid = (torch.arange(q_start, q_start + Q, device=col0.device) >= 1).view(1, 1, Q)  # queries t ≥ 1
     col0, diag, prev = col0.double(), diag.double(), prev.double()
     hard_sink = (col0 >= 1 - delta) & valid
     hard_diag = (diag >= 1 - delta) & valid
     sums = {
-        "sink": col0.sum((0, 2)),
-        "diag": (diag * valid).sum((0, 2)),
-        "prev": (prev * valid).sum((0, 2)),
-        "hard_sink": hard_sink.sum((0, 2)).double(),
-        "hard_diag": hard_diag.sum((0, 2)).double(),
+        "sink": col0.sum((-3, -1)),
+        "diag": (diag * valid).sum((-3, -1)),
+        "prev": (prev * valid).sum((-3, -1)),
+        "hard_sink": hard_sink.sum((-3, -1)).double(),
+        "hard_diag": hard_diag.sum((-3, -1)).double(),
     }
     return sums, hard_sink, hard_diag
 

@@ -40,8 +40,8 @@ def switch_block_sums(
 
     `out_norms` (B, H, Q): `||o_t||` for queries `q_start..q_start+Q-1`; `value_norms` (B, H, T): `||v_j||` of
     each head's (GQA-shared) values, of which query t sees `j ≤ t`; `hard_sink` (B, H, Q): `A[t,0] ≥ 1-δ`
-    (false at t = 0).
-    Returns per-head (H,) sums: `ahon` (Σ ||o_t|| over all t) and the 2×2 counts over queries t ≥ 1:
+    (false at t = 0); leading dimensions (e.g. layers) of all three are kept.
+    Returns per-head (..., H) sums: `ahon` (Σ ||o_t|| over all t) and the 2×2 counts over queries t ≥ 1:
     `n_off_sink`, `n_off_nosink`, `n_on_sink`, `n_on_nosink`.
     """
     Q = out_norms.shape[-1]
@@ -50,9 +50,9 @@ def switch_block_sums(
     off = switched_off(out_norms, value_norms, tau, q_start)
     on = ~off & valid
     off = off & valid
-    count = lambda mask: mask.sum((0, 2)).double()  # noqa: E731
+    count = lambda mask: mask.sum((-3, -1)).double()  # noqa: E731
     return {
-        "ahon": out_norms.double().sum((0, 2)),
+        "ahon": out_norms.double().sum((-3, -1)),
         "n_off_sink": count(off & hard_sink),
         "n_off_nosink": count(off & ~hard_sink),
         "n_on_sink": count(on & hard_sink),
