@@ -76,3 +76,15 @@ def test_a_run_without_per_window_data_says_so(runs, open_page, tmp_path):
     intervals = [c["interval"] for c in row if c["interval"] is not None]
     assert intervals == ["no interval: per-window data not stored"] * 3, row
     loaded.assert_clean()
+
+
+def test_head_class_cell_of_a_real_sized_model_wraps_to_few_lines(runs, open_page):
+    """Issue 35: Gemma's head-class cell ("sink 57, dense 45, …") wrapped to 7 lines in a squeezed column; with a
+    realistic text in it the cell keeps to 3 lines and the table still fits 1280 px."""
+    loaded = open_page(runs / "prose_run" / "report.html", viewport=(1280, 900))
+    facts = loaded.page.evaluate("""() => { const td = document.querySelector('td.classes');
+        td.textContent = 'sink 57, dense 45, mixed 32, previous-token 7, diagonal 3';
+        const t = td.closest('table'), lines = td.getBoundingClientRect().height / parseFloat(getComputedStyle(td).lineHeight);
+        return {lines, right: t.getBoundingClientRect().right, scroll: t.scrollWidth, client: t.clientWidth}; }""")
+    assert facts["lines"] <= 3.5 and facts["right"] <= 1280 and facts["scroll"] <= facts["client"], facts
+    loaded.assert_clean()
