@@ -83,8 +83,11 @@ def test_other_or_fewer_token_ids_are_refused(tmp_path, interrupted):
     _, ids, _ = interrupted
     edited = ids.clone()
     edited[FIRST - 1, 5] = (edited[FIRST - 1, 5] % 90) + 1  # one token of the last analysed window
-    assert "now have other token ids" in refused(tmp_path / "e", interrupted, ids=edited)
-    assert "now have fewer windows" in refused(tmp_path / "f", interrupted, ids=ids[: FIRST - 1])
+    for line in (refused(tmp_path / "e", interrupted, ids=edited), refused(tmp_path / "f", interrupted,
+                                                                          ids=ids[: FIRST - 1])):  # fmt: skip
+        assert line.startswith("checkpoint ") and line.endswith("since); rerun without --resume"), line
+    assert "now have other token ids" in refused(tmp_path / "e2", interrupted, ids=edited)
+    assert "now have fewer windows" in refused(tmp_path / "f2", interrupted, ids=ids[: FIRST - 1])
 
 
 def test_more_windows_and_another_batch_size_resume_to_the_uninterrupted_result(tmp_path, interrupted):
