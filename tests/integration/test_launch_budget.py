@@ -53,9 +53,10 @@ def tiny_llama(layers: int) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=None, family=family_for("llama"), identity={"name": "llama"})
 
 
-def the_cuda_path(monkeypatch, counter: list[DispatchCounter]) -> None:
-    """Route every plain causal layer to the flex path, declare host reads expensive, and count each flex kernel
-    call as one operation of the counter in use."""
+def the_cuda_path(monkeypatch, counter: list[DispatchCounter], path: str = "flex") -> None:
+    """Route every plain causal layer to `path` (default the flex path; "rows", "fused" or "blocks" to count
+    those), declare host reads expensive, and count each flex kernel call as one operation of the counter in
+    use."""
     eager = flex._kernels("cpu")
 
     def one_kernel(function):
@@ -69,7 +70,7 @@ def the_cuda_path(monkeypatch, counter: list[DispatchCounter]) -> None:
     monkeypatch.setattr(flex, "_kernels", lambda device_type: tuple(one_kernel(f) for f in eager))
     monkeypatch.setattr(attention, "host_reads_are_cheap", lambda device: False)
     route = attention.attention_path
-    monkeypatch.setattr(attention, "attention_path", lambda *a: "blocks" if route(*a) == "blocks" else "flex")
+    monkeypatch.setattr(attention, "attention_path", lambda *a: "blocks" if route(*a) == "blocks" else path)
 
 
 def operations_per_batch(run, counter: list[DispatchCounter]) -> Counter[str]:
@@ -90,10 +91,11 @@ def statistics_of(lm: LoadedModel) -> list:
             BosGeometry(L, T), KeyTokens(L, H, T, 0.3)]  # fmt: skip
 
 
-def budget(lm: LoadedModel, monkeypatch) -> tuple[float, float]:
-    """(operations per batch of the forward with the capture and statistics, of the base model's forward)."""
+def budget(lm: LoadedModel, monkeypatch, path: str = "flex") -> tuple[float, float]:
+    """(operations per batch of the forward with the capture and statistics, of the base model's forward), with
+    every plain causal layer on `path`."""
     counter: list[DispatchCounter] = [DispatchCounter()]
-    the_cuda_path(monkeypatch, counter)
+    the_cuda_path(monkeypatch, counter, path)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, 96, (3 * B, T), generator=g)
     ids[:, 0] = 0
@@ -113,7 +115,7 @@ def budget(lm: LoadedModel, monkeypatch) -> tuple[float, float]:
 
     analysed(1)  # flex block masks and index tensors are made once per process
     ops = operations_per_batch(analysed, counter)
-    assert ops["flex kernel"] == 2 * len(lm.layers), "the flex path was not taken"
+    assert ops["flex kernel"] == (2 * len(lm.layers) if path == "flex" else 0), "the flex path was not taken"
     return sum(ops.values()), sum(operations_per_batch(floor, counter).values())
 
 
