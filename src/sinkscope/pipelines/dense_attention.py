@@ -240,7 +240,8 @@ def run_dense(lm: LoadedModel, windows, config: DenseConfig, progress: bool = Fa
     batches = list(windows)
     if not batches:
         raise SinkscopeError("dense got no windows: use a larger corpus or a smaller --seq-len")
-    predicted = smoothing_analysis(lm, batches).heads
+    tables = smoothing_analysis(lm, batches)
+    predicted = pd.concat([tables.heads, tables.layers.assign(head=-1)])  # head −1: the layer's W = Σ_h W^h
     cosines = head_cosines(lm, batches, config)
     heads = head_table(cosines, predicted)
     losses = layer_losses(lm, batches, config)
