@@ -116,7 +116,7 @@ def delta_cell(runs: list, index: int, key: str, column: str) -> dict | str:
     paired = same_windows(first, run)
     low, high = delta_interval(a, b, paired)
     how = "paired: both runs read the same windows" if paired else "each run's windows resampled on their own"
-    stored = [run.meta["corpus"].get("windows") for run in (run, first)]
+    stored = [r.meta["corpus"].get("windows") for r in (run, first)]
     if stored != [len(b), len(a)]:
         how += f"; the table holds the first {MAX_STORED} windows of a run"
     return {"value": value, "interval": f"[{_signed(low)}, {_signed(high)}]",
@@ -132,8 +132,8 @@ def sample_note(runs: list, names: list[str]) -> str:
     lengths = [run.meta["corpus"].get("seq_len") for run in runs]
     if len(set(windows)) > 1:
         listed = ", ".join(f"{n} {w}" for n, w in zip(names, windows))
-        notes.append(f"The runs differ in windows ({listed}): a run over few windows has a wide interval, and a "
-                     "difference inside its interval is not one.")  # fmt: skip
+        notes.append(f"The runs differ in windows ({listed}): a run over few windows has a wide interval, and a Δ "
+                     "whose interval contains 0 is no difference these windows can show.")  # fmt: skip
     if len(set(lengths)) > 1:
         listed = ", ".join(f"{n} T = {t}" for n, t in zip(names, lengths))
         notes.append(f"The runs differ in T ({listed}): their scores average over windows of different lengths, "
