@@ -88,6 +88,8 @@ def test_a_resample_whose_control_fails_counts_as_failed():
 def test_the_point_verdict_is_never_stronger_than_the_resamples_majority():
     assert v.capped(S, [P] * 1000)[0] == P
     assert v.capped(S, [N] * 600 + [P] * 400)[0] == N  # one step apart would say partly; the majority says not
+    # ... and never stronger than the point: a `not supported` point with resamples mostly `partly` stays
+    assert v.capped(N, [P] * 900 + [N] * 100)[0] == N
     # Through the judge: an effect that exists only when every unit is present (never in a resample).
     values = np.arange(12.0)
 

@@ -12,7 +12,8 @@ effects' bootstrap over the right unit, and flagged when half or double any deci
    exist (its control fails) counts as a failed resample, not a missing one. Then, in order:
    a. more than 2.5 % failed resamples → `not measurable here` (the control fails too often);
    b. when the 2.5 % and 97.5 % quantiles of the resampled verdicts span `supported` … `not supported` the data
-      cannot decide (`not measurable here`); when they differ by one step the verdict is `partly`;
+      cannot decide (`not measurable here`); when they differ by one step a `supported` becomes `partly` (the
+      interval only ever weakens a verdict: a `not supported` point stays `not supported`);
    c. the verdict is lowered to the majority (median) of the resampled verdicts when it is stronger.
 4. **Sensitivity.** The verdict is recomputed with *every* threshold of the claim halved and doubled, one at a
    time. A threshold that is a fraction of a whole (a share of layers, tokens or heads, an attention mass) is
@@ -103,8 +104,9 @@ def capped(point: str, resampled: list[str]) -> tuple[str, str]:
     Resamples whose verdict is not a rank (`not measurable here`: the effect or its control failed) count as
     failures below `not supported`; more than 2.5 % failures → `not measurable here`. Ends = the 2.5 % and
     97.5 % quantiles of the resampled verdicts (ordered not supported < partly < supported): ends `not
-    supported` … `supported` give `not measurable here`; ends one step apart give `partly`; and the result is
-    never stronger than the median resampled verdict (the majority).
+    supported` … `supported` give `not measurable here`; ends one step apart lower a `supported` point to
+    `partly`; and the result is never stronger than the point verdict nor than the median resampled verdict
+    (the majority).
     """
     if point not in _RANK or not resampled:
         return point, ""
@@ -120,8 +122,8 @@ def capped(point: str, resampled: list[str]) -> tuple[str, str]:
     if high - low == 2:
         return NOT_MEASURABLE, f"{spread}: too little data to decide"
     verdict, reasons = point, []
-    if low != high:
-        verdict = PARTLY
+    if low != high:  # the interval can only weaken: a `not supported` point stays `not supported`
+        verdict = names[min(_RANK[point], _RANK[PARTLY])]
         reasons.append(spread)
     majority = int(ranks[(ranks.size - 1) // 2])
     if _RANK[verdict] > majority:
