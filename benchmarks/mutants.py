@@ -162,6 +162,24 @@ MUTANTS = (
            "every_head = (rows.hard_sink | rows.hard_diag).any(dim=1)", "MLP-like when any head (not every) is hard"),
     Mutant(f"{STATISTICS}/switch_counts.py", "(self.mlp_like.value.cpu() / (W * (T - 1)))", "(self.mlp_like.value.cpu() / (W * T))",
            "mlp_like_frac divided by T, not T-1"),
+    # issue 34: one-line bugs the tests before its gap tests let through (docs/testing.md, "Gap tests of issue 34")
+    Mutant(f"{STATS}/switch.py", '"switch_off_frac": n_off / (windows * (seq_len - 1)),',
+           '"switch_off_frac": n_off / (windows * seq_len),', "switch_off_frac over W·T, not W·(T−1)"),
+    Mutant(f"{STATS}/switch.py", "rows = torch.arange(q_start, q_start + Q", "rows = torch.arange(0, Q",
+           "switch sums: a later block's queries numbered from 0"),
+    Mutant(f"{STATS}/head_classes.py", "if row_mass < th.switched_off:", "if row_mass <= th.switched_off:",
+           "a row mass equal to the switch-off threshold is null"),
+    Mutant(f"{STATS}/geometry.py", "(cos <= 0)", "(cos < 0)", "an orthogonal token is not non-positive"),
+    Mutant(f"{STATISTICS}/window_evidence.py", "self.tau * scale, rows.start) & valid", "self.tau * scale, 0) & valid",
+           "window evidence: a later block's τ test reads the first queries' visible means"),
+    Mutant("src/sinkscope/reproduction/verdicts.py", "low = int(ranks[int(math.floor(tail * (ranks.size - 1)))])",
+           "low = int(ranks[int(math.ceil(tail * (ranks.size - 1)))])", "bootstrap cap: lower quantile index rounded up"),
+    Mutant("src/sinkscope/pipelines/query_ablation.py", 'current["cells"] = cells', 'current["cells"] = {}',
+           "sink-query ablation: the cells are never applied"),
+    Mutant("src/sinkscope/pipelines/analysis.py", 'fingerprint["corpus"].pop("windows", None)',
+           'fingerprint["corpus"].get("windows", None)', "resume identity: a longer corpus is refused"),
+    Mutant("src/sinkscope/pipelines/ablate.py", "first_values[layer][:, head // group, None]",
+           "first_values[layer][:, head % layout.n_kv_heads, None]", "BOS ablation: query head h reads kv head h mod KV"),
 )  # fmt: skip
 
 
@@ -240,25 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     applied = [r for r in results if r["result"] != "does not apply"]
     killed = sum(r["result"] == "killed" for r in applied)
     print(f"killed {killed} of {len(applied)} applied mutants ({len(results) - len(applied)} do not apply); "
-          f"tests: {' '.join(tests)}"    # issue 34: one-line bugs the tests before its gap tests let through (docs/testing.md, "Gap tests of issue 34")
-    Mutant(f"{STATS}/switch.py", '"switch_off_frac": n_off / (windows * (seq_len - 1)),',
-           '"switch_off_frac": n_off / (windows * seq_len),', "switch_off_frac over W·T, not W·(T−1)"),
-    Mutant(f"{STATS}/switch.py", "rows = torch.arange(q_start, q_start + Q", "rows = torch.arange(0, Q",
-           "switch sums: a later block's queries numbered from 0"),
-    Mutant(f"{STATS}/head_classes.py", "if row_mass < th.switched_off:", "if row_mass <= th.switched_off:",
-           "a row mass equal to the switch-off threshold is null"),
-    Mutant(f"{STATS}/geometry.py", "(cos <= 0)", "(cos < 0)", "an orthogonal token is not non-positive"),
-    Mutant(f"{STATISTICS}/window_evidence.py", "self.tau * scale, rows.start) & valid", "self.tau * scale, 0) & valid",
-           "window evidence: a later block's τ test reads the first queries' visible means"),
-    Mutant("src/sinkscope/reproduction/verdicts.py", "low = int(ranks[int(math.floor(tail * (ranks.size - 1)))])",
-           "low = int(ranks[int(math.ceil(tail * (ranks.size - 1)))])", "bootstrap cap: lower quantile index rounded up"),
-    Mutant("src/sinkscope/pipelines/query_ablation.py", 'current["cells"] = cells', 'current["cells"] = {}',
-           "sink-query ablation: the cells are never applied"),
-    Mutant("src/sinkscope/pipelines/analysis.py", 'fingerprint["corpus"].pop("windows", None)',
-           'fingerprint["corpus"].get("windows", None)', "resume identity: a longer corpus is refused"),
-    Mutant("src/sinkscope/pipelines/ablate.py", "first_values[layer][:, head // group, None]",
-           "first_values[layer][:, head % layout.n_kv_heads, None]", "BOS ablation: query head h reads kv head h mod KV"),
-)  # fmt: skip
+          f"tests: {' '.join(tests)}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"tests": tests, "results": results}, indent=1))
     return 0 if killed == len(applied) else 1
