@@ -322,3 +322,21 @@ def test_gu_sink_rate():
         c.gu_sink_rate_verdict(M, {"natural": low, "random": low, "repeat": low}),
         c.gu_sink_rate_verdict(M, {"natural": high}),
     ) == [S, P, N, NM]
+
+
+def test_the_docs_list_every_threshold_of_every_claim():
+    """docs/reproduction.md's claims table names, per claim, every threshold the judge varies."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "reproduction.md").read_text()
+    rows = {line.split("|")[2].strip().strip("`"): line for line in text.splitlines() if line.startswith("| ")}
+    thresholds = {"geometry": c.GEOMETRY, "representability": c.REPRESENTABILITY, "oversmoothing": c.OVERSMOOTHING,
+                  "switch": c.SWITCH, "switch_routes": c.ROUTE_CLAIM, "value_drain": c.VALUE_DRAIN,
+                  "sink_ablation": c.ABLATION, "dormant_heads": c.ABLATION, "cost_closed_forms": c.COST_CLOSED,
+                  "cost_real_layers": c.COST_REAL, "bigram_backcopy_regimes": c.REGIMES,
+                  "weights_low_rank": c.WEIGHTS_LOW_RANK, "weights_bos_alignment": c.WEIGHTS_ALIGNMENT,
+                  "gu_sink_rate": c.GU}  # fmt: skip
+    assert set(thresholds) == set(c.CLAIMS) - {"mlp_like"}
+    for claim, names in thresholds.items():
+        for name in names:
+            assert f"`{name}`" in rows[claim], (claim, name)
