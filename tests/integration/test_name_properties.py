@@ -106,6 +106,14 @@ def test_grid_runs_stay_under_out_and_never_share_a_folder(fake_training, grid_n
         assert len(runs) == len(grid_names) and all(path.parent == out for path in runs)
 
 
+def tiny_tables() -> dict[str, pd.DataFrame]:
+    """The smallest tables `Run.load` accepts (one layer, one head)."""
+    return {"heads": pd.DataFrame({"layer": [0], "head": [0], "sink_score": [0.1], "diag_score": [0.2],
+                                   "head_class": ["mixed"]}),
+            "layers": pd.DataFrame({"layer": [0], "sink_rate": [0.5]}),
+            "positions": pd.DataFrame({"layer": [0], "position": [0]})}  # fmt: skip
+
+
 @pytest.fixture
 def fake_analysis(monkeypatch):
     """The sweep's model, windows and analysis are stubs; the cell is a real (tiny) run directory."""
@@ -120,10 +128,9 @@ def fake_analysis(monkeypatch):
     def analyze(lm, stream, config, progress=False):
         meta = {"model": {"name": "m"}, "corpus": {"source": stream.corpus, "windows": 1},
                 "summary": {"sink_rates": {"0.3": 0.5}, "sink_rates_of_mean": {"0.3": 0.5}, "mean_sink_score": 0.1,
-                            "mean_diag_score": 0.2},
+                            "mean_diag_score": 0.2, "sink_rate": 0.5, "epsilon": 0.3},
                 "timings": {"analyze_seconds": 0.0}}  # fmt: skip
-        table = pd.DataFrame({"layer": [0]})
-        return Run(meta=meta, heads=table, layers=table, positions=table)
+        return Run(meta=meta, **tiny_tables())
 
     class Model:
         tokenizer = None
@@ -180,12 +187,12 @@ def test_a_run_saved_under_any_name_leaves_only_that_folder(name):
     folder beside it go, the run is exactly where it was asked, and replacing it keeps that true."""
     from sinkscope.staging import claimed_output
 
-    table = pd.DataFrame({"layer": [0]})
-    meta = {"model": {"name": "m"}, "corpus": {"source": "c"}, "summary": {"sink_rate": 0.5}}
+    meta = {"model": {"name": "m"}, "corpus": {"source": "c"},
+            "summary": {"sink_rate": 0.5, "epsilon": 0.3, "mean_sink_score": 0.1, "mean_diag_score": 0.2}}
     with tempfile.TemporaryDirectory() as root:
         out = Path(root) / name
         for overwrite in (False, True):
             with claimed_output(out, overwrite=overwrite):
-                Run(meta=meta, heads=table, layers=table, positions=table).save(out, overwrite=True, report=False)
+                Run(meta=meta, **tiny_tables()).save(out, overwrite=True, report=False)
             assert os.listdir(root) == [name]
             assert Run.load(out).meta == meta

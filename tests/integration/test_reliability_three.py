@@ -220,15 +220,19 @@ def test_temporaries_of_another_host_are_left_and_a_fixed_pid_is_no_proof(tiny, 
 
 
 def test_clean_up_waits_for_the_lock(tiny, tmp_path, capsys, no_report):
-    """A dead writer's temporary is not touched by a command that cannot take the lock (another process is saving)."""
+    """A dead writer's temporaries are not touched by a command that cannot take the lock (another process is
+    saving); once the lock is free, the next command removes the one of this host (the older name stays, named)."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    partial = tmp_path / f".run.partial-{dead.pid}@{host_tag()}-x3"
+    ours, older = tmp_path / f".run.partial-{dead.pid}@{host_tag()}-x3", tmp_path / f".run.partial-{dead.pid}-x4"
     out = tmp_path / "run"
     with claimed_output(out):
-        partial.mkdir()
+        ours.mkdir()
+        older.mkdir()
         assert "is being written by another" in one_error(capsys, analyze_args(tiny, "--out", str(out)))
-        assert partial.is_dir()
+        assert ours.is_dir() and older.is_dir()
+    assert main(analyze_args(tiny, "--out", str(out), "--overwrite")) == 0
+    assert not ours.exists() and older.is_dir()
 
 
 def test_a_lock_names_its_host_and_one_of_another_host_is_not_taken_over(tiny, tmp_path, capsys, no_report):
@@ -390,3 +394,78 @@ def test_out_dot_and_empty_out_are_one_line_or_work(tiny, tmp_path, capsys, monk
     monkeypatch.chdir(empty)
     assert main([*commands["analyze"], "--out", "."]) == 0
     assert json.loads((tmp_path / "empty" / "run.json").read_text())["corpus"]["windows"] == 6
+
+
+# --- 12. report on damaged or older runs: one line, nonzero exit ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def drawn_run(tiny, tmp_path_factory):
+    import sinkscope.report.html
+
+    out = tmp_path_factory.mktemp("drawn") / "run"
+    with pytest.MonkeyPatch.context() as patch:  # the page is not the point: where and whether it is written is
+        patch.setattr(sinkscope.report.html, "write_report", lambda runs, path, figures_dir=None: path.touch())
+        assert main(analyze_args(tiny, "--out", str(out))) == 0
+    return out
+
+
+def _edit_table(name: str, change):
+    import pandas as pd
+
+    def damage(directory: Path) -> None:
+        path = directory / f"{name}.parquet"
+        change(pd.read_parquet(path)).to_parquet(path, index=False)
+
+    return damage
+
+
+def _edit_summary(change):
+    def damage(directory: Path) -> None:
+        meta = json.loads((directory / "run.json").read_text())
+        change(meta["summary"])
+        (directory / "run.json").write_text(json.dumps(meta))
+
+    return damage
+
+
+DAMAGE = {
+    "summary lacks mean_sink_score": _edit_summary(lambda s: s.pop("mean_sink_score")),
+    "summary lacks mean_diag_score": _edit_summary(lambda s: s.pop("mean_diag_score")),
+    "summary lacks sink_rate": _edit_summary(lambda s: s.pop("sink_rate")),
+    "summary lacks epsilon": _edit_summary(lambda s: s.pop("epsilon")),
+    "heads lack sink_score": _edit_table("heads", lambda t: t.drop(columns="sink_score")),
+    "heads lack head": _edit_table("heads", lambda t: t.drop(columns="head")),
+    "heads lack head_class": _edit_table("heads", lambda t: t.drop(columns="head_class")),
+    "layers lack sink_rate": _edit_table("layers", lambda t: t.drop(columns="sink_rate")),
+    "positions lack position": _edit_table("positions", lambda t: t.drop(columns="position")),
+    "sink_score as text": _edit_table("heads", lambda t: t.assign(sink_score=t["sink_score"].astype(str))),
+    "layer as text": _edit_table("layers", lambda t: t.assign(layer=t["layer"].astype(str))),
+    "duplicated head rows": _edit_table("heads", lambda t: t.iloc[[0, *range(len(t))]]),
+    "duplicated layer rows": _edit_table("layers", lambda t: t.iloc[[0, *range(len(t))]]),
+    "empty heads": _edit_table("heads", lambda t: t.iloc[:0]),
+    "empty layers": _edit_table("layers", lambda t: t.iloc[:0]),
+    "positions lack layer": _edit_table("positions", lambda t: t.drop(columns="layer")),
+    "layers lack layer": _edit_table("layers", lambda t: t.drop(columns="layer")),
+    "position as text": _edit_table("positions", lambda t: t.assign(position=t["position"].astype(str))),
+}
+
+
+def test_report_on_every_kind_of_damage_is_one_line_and_exit_2(drawn_run, tmp_path, capsys, no_report):
+    for number, (case, damage) in enumerate(DAMAGE.items()):
+        copy = tmp_path / f"d{number}"
+        shutil.copytree(drawn_run, copy)
+        damage(copy)
+        before = (copy / "report.html").read_bytes()
+        line = one_error(capsys, ["report", str(copy)])
+        assert "damaged or was written by" in line and "rerun `sinkscope analyze`" in line, f"{case}: {line}"
+        assert (copy / "report.html").read_bytes() == before, case
+
+
+def test_a_comparison_without_out_keeps_the_first_runs_own_page(drawn_run, tmp_path, capsys, no_report):
+    """Item 16: `report A B` without --out writes A/comparison.html; A's report.html stays A's own."""
+    a = tmp_path / "a"
+    shutil.copytree(drawn_run, a)
+    (a / "report.html").write_text("A's own page")
+    assert main(["report", str(a), str(drawn_run)]) == 0
+    assert (a / "report.html").read_text() == "A's own page" and (a / "comparison.html").is_file()

@@ -90,8 +90,12 @@ def source_identity(source: str) -> dict:
     source, its name (their text is fixed by the release)."""
     import hashlib
 
-    path = Path(source).expanduser()
-    if source in TOKEN_CONTROLS or source.startswith(("builtin:", "hf:")) or not path.exists():
+    try:
+        path = Path(source).expanduser()
+        exists = path.exists()
+    except (ValueError, RuntimeError, OSError):
+        exists = False
+    if source in TOKEN_CONTROLS or source.startswith(("builtin:", "hf:")) or not exists:
         return {"source": source}
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     digest = hashlib.sha256()

@@ -126,10 +126,14 @@ def weights_identity(name_or_path: str) -> dict:
     `.gguf` file; the pinned sha256 of an embedded model; {} for a hub id (its cache is content-addressed)."""
     if name_or_path in EMBEDDED:
         return {"sha256": EMBEDDED[name_or_path].sha256}
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
+    try:
+        path = Path(name_or_path).expanduser()
+        kind = "file" if path.is_file() else "dir" if path.is_dir() else None
+    except (ValueError, RuntimeError, OSError):  # a NUL byte, `~user` of no user: a hub id or no model at all
+        kind = None
+    if kind == "file":
         files = [path]
-    elif path.is_dir():
+    elif kind == "dir":
         files = sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".gguf", ".bin")
                        or p.name in ("config.json", "model.safetensors.index.json")))  # fmt: skip
     else:

@@ -65,10 +65,44 @@ class Run:
                 f"{directory / 'run.json'} lacks the model, corpus or summary of an analyze run; rerun `sinkscope analyze`"
             )
         tables = {name: _read_table(directory / f"{name}.parquet") for name in TABLES}
+        problem = damage(meta, tables)
+        if problem:
+            raise SinkscopeError(
+                f"{directory} is damaged or was written by an older sinkscope ({problem}); rerun `sinkscope analyze`"
+            )
         extra = {
             path.stem: _read_table(path) for path in sorted(directory.glob("*.parquet")) if path.stem not in TABLES
         }
         return cls(meta=meta, extra=extra, **tables)
+
+
+# What every page and comparison reads of a run: summary keys, and numeric columns of each table with its key.
+SUMMARY_KEYS = ("mean_sink_score", "mean_diag_score", "sink_rate", "epsilon")
+COLUMNS = {"heads": ("layer", "head", "sink_score", "diag_score"), "layers": ("layer", "sink_rate"),
+           "positions": ("layer", "position")}  # fmt: skip
+LABELS = {"heads": ("head_class",)}  # text columns the pages colour and count by
+KEYS = {"heads": ["layer", "head"], "layers": ["layer"], "positions": ["layer", "position"]}
+
+
+def damage(meta: dict, tables: dict[str, pd.DataFrame]) -> str | None:
+    """The first thing wrong with a loaded run that a page would trip over (a missing summary key, a missing or
+    non-numeric column, an empty table, a duplicated row), or None."""
+    missing = [key for key in SUMMARY_KEYS if key not in meta["summary"]]
+    if missing:
+        return f"run.json's summary lacks {', '.join(missing)}"
+    for name, columns in COLUMNS.items():
+        table = tables[name]
+        absent = [c for c in (*columns, *LABELS.get(name, ())) if c not in table.columns]
+        if absent:
+            return f"{name}.parquet lacks the column{'s' if len(absent) > 1 else ''} {', '.join(absent)}"
+        mistyped = [c for c in columns if not pd.api.types.is_numeric_dtype(table[c])]
+        if mistyped:
+            return f"{name}.parquet column {mistyped[0]} is {table[mistyped[0]].dtype}, not numbers"
+        if name != "positions" and table.empty:
+            return f"{name}.parquet has no rows"
+        if table.duplicated(KEYS[name]).any():
+            return f"{name}.parquet repeats a row of the same {' and '.join(KEYS[name])}"
+    return None
 
 
 def _read_table(path: Path) -> pd.DataFrame:
