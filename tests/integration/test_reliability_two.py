@@ -317,6 +317,11 @@ def test_damaged_checkpoints_are_one_line(interrupted, tmp_path, capsys):
     nan = dict(state)
     first_float = next(k for k, v in state.items() if v.is_floating_point() and v.numel() and k != "windows")
     nan[first_float] = torch.full_like(state[first_float], float("nan"))
+    first_int = next(k for k, v in state.items() if v.dtype == torch.int64 and v.numel() and k != "windows")
+
+    def edited(value: float) -> dict:
+        return {**state, first_float: torch.full_like(state[first_float], value)}
+
     cases = {
         "not safetensors": (lambda: checkpoint.write_bytes(b"not a checkpoint at all"), "is damaged"),
         "truncated": (lambda: checkpoint.write_bytes(good[: len(good) // 2]), "is damaged"),
@@ -324,8 +329,16 @@ def test_damaged_checkpoints_are_one_line(interrupted, tmp_path, capsys):
         "metadata not JSON": (lambda: save_file(state, str(checkpoint), metadata={**metadata, "fingerprint": "{"}),
                               "is damaged"),
         "window count changed": (lambda: save_file({**state, "windows": state["windows"] + 2}, str(checkpoint),
-                                                   metadata=metadata), "its state counts 4 windows, its metadata 2"),
-        "NaN inside": (lambda: save_file(nan, str(checkpoint), metadata=metadata), "is damaged (NaN in"),
+                                                   metadata=metadata), "was edited or damaged"),
+        "NaN inside": (lambda: save_file(nan, str(checkpoint), metadata=metadata), "was edited or damaged"),
+        # issue 32, item 15: values that looked plausible to the old checks
+        "inf inside": (lambda: save_file(edited(float("inf")), str(checkpoint), metadata=metadata),
+                       "was edited or damaged"),
+        "-1e6 inside": (lambda: save_file(edited(-1e6), str(checkpoint), metadata=metadata), "was edited or damaged"),
+        "key id 1e12": (lambda: save_file({**state, first_int: torch.full_like(state[first_int], 10**12)},
+                                          str(checkpoint), metadata=metadata), "was edited or damaged"),
+        "metadata window count -4": (lambda: save_file(state, str(checkpoint), metadata={**metadata, "windows": "-4"}),
+                                     "was edited or damaged"),
     }  # fmt: skip
     for case, (damage, message) in cases.items():
         damage()

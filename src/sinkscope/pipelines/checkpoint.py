@@ -10,6 +10,7 @@ the window index).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict, w
         "windows": str(feed.windows),
         "windows_sha256": windows_sha256,
     }
+    metadata["state_sha256"] = state_digest(state, metadata)
     try:
         tmp.write_bytes(save(state, metadata=metadata))  # bytes first: Python's OSError on a full disk
         tmp.replace(path)
@@ -74,8 +76,15 @@ def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -
         saved = json.loads(metadata["fingerprint"])
         windows, windows_sha256 = int(metadata["windows"]), metadata["windows_sha256"]
         state = load_file(str(path))
+        if metadata.get("state_sha256") != state_digest(state, metadata):
+            raise SinkscopeError(
+                f"checkpoint {path} was edited or damaged after it was written (its contents do not match the digest "
+                f"saved with them, or it is from a sinkscope without one); {fix}"
+            )
     except KeyError as err:
         raise SinkscopeError(f"checkpoint {path} lacks its metadata ({err}); {fix}") from None
+    except SinkscopeError:
+        raise
     except Exception as err:  # safetensors raises its own error types on a file that is not safetensors
         raise SinkscopeError(f"checkpoint {path} is damaged ({type(err).__name__}: {str(err)[:120]}); {fix}") from None
     expected = _same_paths(json.loads(json.dumps(fingerprint, sort_keys=True, default=str)))
@@ -97,6 +106,22 @@ def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -
             f"checkpoint {path} is damaged (its state counts {feed.windows} windows, its metadata {windows}); {fix}"
         )
     return feed.windows, windows_sha256
+
+
+def state_digest(state: dict, metadata: dict) -> str:
+    """sha256 over the metadata (fingerprint, window count, text digest) and every tensor's name, dtype, shape and
+    bytes, saved with the checkpoint: a value edited afterwards (inf, -1e6, a key id of 1e12, a window count of -4)
+    is refused as a damaged checkpoint instead of becoming a wrong result."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key in ("fingerprint", "windows", "windows_sha256"):
+        digest.update(f"{key}={metadata[key]}\0".encode())
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _same_paths(fingerprint: dict) -> dict:
