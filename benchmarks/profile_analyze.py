@@ -47,7 +47,7 @@ def instrument() -> None:
     attention.fused_attention = timed("fused_attention", attention.fused_attention)
     attention._flash = timed("flash", attention._flash)
     for module, name in [(feed, "pattern_block_sums"), (feed, "pattern_row_sums"), (switch_counts, "switch_block_sums"),
-                         (bos_geometry, "bos_geometry_sums"), (switch_counts, "value_drain")]:  # fmt: skip
+                         (bos_geometry, "bos_geometry_sums_from"), (switch_counts, "value_drain")]:  # fmt: skip
         setattr(module, name, timed(name, getattr(module, name)))
     for name in ("on_block", "on_layer", "_fold_columns", "on_values", "on_layer_input", "end_batch"):
         setattr(feed.Feed, name, timed(name, getattr(feed.Feed, name)))
@@ -56,29 +56,33 @@ def instrument() -> None:
 def split(total: float) -> list[tuple[str, float, int]]:
     """(part, seconds, calls) of one sinkscope pass of `total` seconds."""
     s, n = SECONDS, CALLS
-    # switch_block_sums runs inside on_layer (rows or fused path) or on_block (blocked path): a model whose layers take
-    # both paths (Gemma-3 beyond its sliding window) has it subtracted from on_layer only.
-    switch_in_layer = s["switch_block_sums"] if n["on_layer"] else 0.0
-    on_block_rest = s["on_block"] - s["pattern_block_sums"] - (s["switch_block_sums"] - switch_in_layer)
-    layer_rest = s["on_layer_input"] - s["bos_geometry_sums"]
+    # Map-free layers (rows, fused, flex paths) hand their rows on at end_batch, where switch_block_sums and the BOS
+    # geometry sums of every layer then run; block-path layers run switch_block_sums inside on_block. A model whose
+    # layers take both (Gemma-3 beyond its sliding window) has it counted inside end_batch only.
+    switch_in_flush = s["switch_block_sums"] if n["on_layer"] else 0.0
+    on_block_rest = s["on_block"] - s["pattern_block_sums"] - (s["switch_block_sums"] - switch_in_flush)
     parts = [
         ("rows path: logits, softmax, P·V and their reductions", s["row_attention"], n["row_attention"]),
         ("fused path: flash kernel calls (output + lse; columns + entropy)", s["flash"], n["flash"]),
         ("fused path: A[t,0], A[t,t], A[t,t-1], entropy sum, norms", s["fused_attention"] - s["flash"],
          n["fused_attention"]),
-        ("on_layer (row sums, per-window columns)", s["on_layer"] - switch_in_layer, n["on_layer"]),
-        ("  of which _fold_columns (per-window thresholds, key-token table)", s["_fold_columns"], n["_fold_columns"]),
+        ("on_layer (keeps the layer's rows until end_batch)", s["on_layer"], n["on_layer"]),
+        ("end_batch (map-free layers' statistics, stacked; BOS geometry; state folds)", s["end_batch"],
+         n["end_batch"]),
+        ("  of which switch_block_sums", switch_in_flush, n["switch_block_sums"] if n["on_layer"] else 0),
+        ("  of which bos_geometry_sums_from", s["bos_geometry_sums_from"], n["bos_geometry_sums_from"]),
         (
             "blocked path: attention core (logits, softmax, entropy, P·V)",
             s["blocked_attention"] - s["on_block"],
             n["blocked_attention"],
         ),
         ("  pattern_block_sums", s["pattern_block_sums"], n["pattern_block_sums"]),
-        ("switch_block_sums (either path)", s["switch_block_sums"], n["switch_block_sums"]),
+        ("  of which _fold_columns (per-window columns, key-token table)", s["_fold_columns"], n["_fold_columns"]),
+        ("switch_block_sums (block path)", s["switch_block_sums"] - switch_in_flush, n["switch_block_sums"]),
         ("  rest of on_block (finite checks, accumulator adds)", on_block_rest, n["on_block"]),
-        ("on_values (value norms, value drain)", s["on_values"], n["on_values"]),
-        ("bos_geometry_sums", s["bos_geometry_sums"], n["bos_geometry_sums"]),
-        ("rest of on_layer_input (certificate sample)", layer_rest, n["on_layer_input"]),
+        ("on_values (value norms)", s["on_values"], n["on_values"]),
+        ("on_layer_input (BOS norms and dots, massive activations, certificate sample)", s["on_layer_input"],
+         n["on_layer_input"]),
     ]
     inside = sum(seconds for name, seconds, _ in parts if not name.startswith("  of which"))
     return [*parts, ("model outside attention and hooks, tabulate", total - inside, 1)]

@@ -21,9 +21,10 @@ from .test_capture_families import build, token_windows
 from .test_fused_attention import softmax_maps
 
 
-def expected_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
-    """Every `LayerRows` field from float64 maps of the same q, k, v."""
-    A = softmax_maps(q, k, scale)
+def expected_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                  window: int | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Every `LayerRows` field from float64 maps of the same q, k, v (within a sliding window where given)."""
+    A = softmax_maps(q, k, scale, window)
     n = q.shape[2]
     t = torch.arange(n)
     out = A @ v.double().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
@@ -145,3 +146,24 @@ def test_no_host_read_inside_a_forward_pass_on_the_device_paths(path, monkeypatc
 
     pd.testing.assert_frame_equal(expected.heads[numeric], got.heads[numeric], atol=1e-5, rtol=1e-5)
     pd.testing.assert_frame_equal(expected.layers, got.layers, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("B", "H", "kv", "n", "D", "Dv", "window"),
+                         [(2, 4, 2, 41, 16, 24, 5), (1, 3, 1, 37, 8, 8, 1), (3, 2, 2, 23, 16, 16, 2),
+                          (2, 4, 1, 19, 16, 8, 18), (1, 2, 2, 13, 8, 8, 40)])  # fmt: skip
+def test_flex_rows_with_a_sliding_window_equal_float64_maps(B, H, kv, n, D, Dv, window):
+    """Gemma-2/3's local layers on the flex path: every `LayerRows` field and the output against float64 maps
+    masked to the window, on uneven shapes (window 1: only the diagonal; a window as long as T: plain causal)."""
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(B, H, n, D, generator=g) * 4
+    k = torch.randn(B, kv, n, D, generator=g) + torch.randn(D, generator=g)
+    v = torch.randn(B, kv, n, Dv, generator=g)
+    scale = D**-0.5
+    out, rows = flex.flex_rows(q, k, v, scale, window)
+    ref = expected_rows(q, k, v, scale, window)
+    torch.testing.assert_close(out.double(), ref["out"].transpose(1, 2), atol=1e-4, rtol=1e-4)
+    for name in ("sink", "diag", "prev", "columns", "out_norms"):
+        torch.testing.assert_close(getattr(rows, name).double(), ref[name], atol=1e-5, rtol=1e-5, msg=name)
+    torch.testing.assert_close(rows.entropy, ref["entropy"], atol=1e-5 * n, rtol=1e-5)
+    if window < n:
+        assert (rows.sink[..., window:] == 0).all() and (ref["A"][..., window:, 0] == 0).all()

@@ -20,12 +20,16 @@ from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 from .test_capture_families import COMMON, T, build, census_reference, reference, token_windows
 
 
-def softmax_maps(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal softmax maps (B, H, T, T) in float64, GQA keys repeated per group."""
+def softmax_maps(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None = None) -> torch.Tensor:
+    """Causal softmax maps (B, H, T, T) in float64, GQA keys repeated per group; with `window`, query t sees only
+    keys t − window < j ≤ t."""
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     logits = scale * q.double() @ k.double().transpose(-1, -2)
     n = q.shape[2]
-    return logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    hidden = torch.ones(n, n, dtype=torch.bool).triu(1)
+    if window is not None:
+        hidden |= torch.ones(n, n, dtype=torch.bool).tril(-window)
+    return logits.masked_fill(hidden, float("-inf")).softmax(-1)
 
 
 @pytest.mark.parametrize("path", ["row_attention", "fused_attention"])
@@ -118,7 +122,9 @@ def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, m
             runs[path] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
         route = attention.attention_path
-        patch.setattr(attention, "attention_path", lambda *a: "blocks" if route(*a) == "blocks" else "flex")
+        # CUDA's routing: plain causal layers and (forward passes without a mask) sliding-window ones on flex
+        patch.setattr(attention, "attention_path", lambda *a: "flex" if route(*a) != "blocks" or (
+            a[3] is None and len(a) > 4 and a[4] is not None and attention._padding_free) else "blocks")  # fmt: skip
         flex_parts = attention.flex.flex_parts
         patch.setattr(attention.flex, "flex_parts",
                       lambda *a: calls.__setitem__("flex_parts", calls["flex_parts"] + 1) or flex_parts(*a))
@@ -137,8 +143,9 @@ def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     config = AnalyzeConfig(epsilon=epsilon, delta=0.5, geometry_cap=0)
     runs, calls = run_three_paths(lm, ids, config, monkeypatch)
     # layers × batches (10 windows in batches of 4), once by default (rows) and once forced (fused, flex)
+    flex_layers = 3 if name == "gemma3" else FAMILIES[name]  # the flex path takes Gemma-3's sliding layers too
     assert calls == {"row_attention": FAMILIES[name] * 3, "fused_attention": FAMILIES[name] * 3,
-                     "flex_parts": FAMILIES[name] * 3}
+                     "flex_parts": flex_layers * 3}
     ref, _ = reference(lm, ids, config.delta, config.tau)
     att = torch.stack(lm.base(input_ids=ids, output_attentions=True, use_cache=False).attentions).double()
     L, N, H = att.shape[:3]
@@ -219,6 +226,26 @@ def test_routing_on_cuda_takes_the_flex_path_for_plain_causal_attention(monkeypa
         assert route(cuda(length), cuda(length), None, None) == "flex"
     assert route(cuda(16), cuda(16), torch.ones(1, 1, 16, 16, dtype=torch.bool), None) == "blocks"
     assert route(cuda(16), cuda(16), None, 50.0) == "blocks"
+    window_mask = torch.ones(1, 1, 16, 16, dtype=torch.bool)
+    assert route(cuda(16), cuda(16), window_mask, None, 5) == "blocks"  # the forward pass may have had padding
+    monkeypatch.setattr(attention, "_padding_free", True)
+    assert route(cuda(16), cuda(16), window_mask, None, 5) == "flex"
+    assert route(cuda(16), cuda(16), window_mask, 50.0, 5) == "blocks"
+    assert route(cuda(16), cuda(16), window_mask, None, None) == "blocks"
     monkeypatch.setattr(attention, "_flex_failed", True)
     assert route(cuda(32768), cuda(32768), None, None) == "rows"
+    assert route(cuda(16), cuda(16), window_mask, None, 5) == "blocks"
+
+
+def test_padding_free_forwards_notes_whether_a_forward_pass_had_a_mask():
+    lm = build("llama", attn="sdpa")
+    ids = token_windows(2)
+    seen = []
+    lm.layers[0].register_forward_pre_hook(lambda *a: seen.append(attention._padding_free))
+    with attention.padding_free_forwards(lm.base):
+        lm.base(input_ids=ids, use_cache=False)
+        lm.base(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        lm.base(ids, torch.ones_like(ids), use_cache=False)
+        lm.base(input_ids=ids, use_cache=False)
+    assert seen == [True, False, False, True] and attention._padding_free is False
 

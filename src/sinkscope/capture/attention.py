@@ -138,22 +138,49 @@ def host_reads_are_cheap(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def attention_path(query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None) -> str:
+def attention_path(
+    query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None, window: int | None = None
+) -> str:
     """Which path computes this call exactly and fastest: "flex", "rows", "fused" or "blocks".
 
     Plain causal attention (transformers' sdpa mask function returns no mask then: no padding, no sliding window
     shorter than T) without a logit softcap takes, on CUDA, the compiled flex path (`capture.flex`) where this
     torch has it; on the CPU the fused path beyond `ROWS_UP_TO_SEQ_LEN` tokens where that is exact (equal q and
-    v head sizes, as the CPU flash kernel needs); the rows path otherwise. Everything else takes the block path."""
-    if attention_mask is not None or softcap is not None:
+    v head sizes, as the CPU flash kernel needs); the rows path otherwise. On CUDA a sliding-window layer (its
+    `window`, transformers' `sliding_window`) takes the flex path with the window too, when the forward pass was
+    given no attention mask (`padding_free_forwards`: its mask is then the window's alone). Everything else takes
+    the block path."""
+    on_flex = query.device.type == "cuda" and flex.available() and not _flex_failed
+    if softcap is not None:
         return "blocks"
-    if query.device.type == "cuda" and flex.available() and not _flex_failed:
+    if attention_mask is not None:
+        return "flex" if on_flex and window is not None and _padding_free else "blocks"
+    if on_flex:
         return "flex"
     flash_ok = query.shape[-1] == value.shape[-1] and query.device.type == "cpu" and value.device.type == "cpu"
     return "fused" if flash_ok and query.shape[-2] > ROWS_UP_TO_SEQ_LEN else "rows"
 
 
 _flex_failed = False  # set once when the compiled flex kernels cannot run in this process
+_padding_free = False  # whether the forward pass in progress was given no attention mask (padding_free_forwards)
+
+
+@contextmanager
+def padding_free_forwards(base: torch.nn.Module):
+    """Inside the block, note before each forward pass of `base` whether it was given an attention mask (host-side:
+    the call's arguments, no device read); without one, a sliding-window layer's mask is the window's alone."""
+
+    def note(_module, args, kwargs):
+        global _padding_free
+        _padding_free = kwargs.get("attention_mask", args[1] if len(args) > 1 else None) is None
+
+    handle = base.register_forward_pre_hook(note, with_kwargs=True)
+    try:
+        yield
+    finally:
+        global _padding_free
+        handle.remove()
+        _padding_free = False
 
 
 def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
@@ -269,19 +296,23 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -
 
 
 def _layer_rows(
-    path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float
-) -> tuple[Tensor, LayerRows | PackedRows]:
-    """Output and `LayerRows` (packed on the flex path) by `path` ("flex", "rows" or "fused"); where the compiled flex kernels cannot run
-    here (no Triton, an unsupported head size), one warning and the rows path for the rest of the process."""
+    path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
+) -> tuple[Tensor, LayerRows | PackedRows] | None:
+    """Output and `LayerRows` (packed on the flex path) by `path` ("flex", "rows" or "fused"; `window` for a
+    sliding-window layer on the flex path); where the compiled flex kernels cannot run here (no Triton, an
+    unsupported head size), one warning and the rows path for the rest of the process, or None for a layer whose
+    window is shorter than T (the block path then takes it)."""
     global _flex_failed
     if path == "flex":
         try:
-            return flex.flex_parts(query, key, value, scaling)
+            return flex.flex_parts(query, key, value, scaling, window)
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # compilation errors come in many types (dynamo, inductor, Triton)
             _flex_failed = True
             flex.warn_fallback(error)
+            if window is not None and window < query.shape[-2]:
+                return None
             path = "rows"
     return (row_attention if path == "rows" else fused_attention)(query, key, value, scaling)
 
@@ -321,9 +352,11 @@ def sinkscope_attention(
         return learned_sink_attention(query, key, value, attention_mask, scaling, kwargs["s_aux"], rows,
                                       on_sink_block), None
     watch.on_values(watch.layer, value)
-    path = attention_path(query, value, attention_mask, softcap) if watch.on_layer is not None else "blocks"
-    if path != "blocks":
-        out, rows = _layer_rows(path, query, key, value, scaling)
+    window = kwargs.get("sliding_window")
+    path = attention_path(query, value, attention_mask, softcap, window) if watch.on_layer is not None else "blocks"
+    computed = _layer_rows(path, query, key, value, scaling, window) if path != "blocks" else None
+    if computed is not None:
+        out, rows = computed
         watch.on_layer(watch.layer, rows)
         return out, None
     layer, observer = watch.layer, watch.on_block

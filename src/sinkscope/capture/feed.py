@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch import Tensor
 
-from sinkscope.capture.attention import watch_attention
+from sinkscope.capture.attention import padding_free_forwards, watch_attention
 from sinkscope.capture.layer_inputs import layer_input_hooks
 from sinkscope.capture.layer_rows import LAYER_ROWS_FIELDS, LayerRows, PackedRows
 from sinkscope.capture.outputs import attention_output_hooks
@@ -90,6 +90,7 @@ class Feed:
                 modules = {index: attention_module(lm.family, lm.layers[index]) for index in layers
                            if index in softmax_layers(lm.family, lm.layers)}  # none in linear-attention layers
                 self._watched_layers = set(modules)
+                stack.enter_context(padding_free_forwards(lm.base))
                 stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer,
                                                     self.on_learned_sink))
             if any(s.needs_outputs for s in self.statistics):

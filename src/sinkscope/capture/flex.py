@@ -55,12 +55,37 @@ def _anti_causal(b, h, q_idx, kv_idx):
     return kv_idx >= q_idx
 
 
+def _window_masks(window: int) -> tuple[Callable, Callable]:
+    """Sliding-window forms of `_causal` and `_anti_causal`: key j visible to query t when `0 ≤ t − j < window`."""
+
+    def causal(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    def anti_causal(b, h, q_idx, kv_idx):
+        return (kv_idx >= q_idx) & (kv_idx - q_idx < window)
+
+    return causal, anti_causal
+
+
 @functools.cache
-def _block_masks(seq_len: int, device: str) -> tuple[object, object]:
-    """The causal mask of call 1 and the `t ≥ k` mask of call 2, as flex block masks (built once per T)."""
+def _block_masks(seq_len: int, device: str, window: int | None = None) -> tuple[object, object]:
+    """The causal mask of call 1 and the `t ≥ k` mask of call 2 (both within `window` where one is given), as
+    flex block masks (built once per T and window)."""
     build = _flex_module.create_block_mask
-    return (build(_causal, None, None, seq_len, seq_len, device=device),
-            build(_anti_causal, None, None, seq_len, seq_len, device=device))  # fmt: skip
+    causal, anti_causal = (_causal, _anti_causal) if window is None else _window_masks(window)
+    return (build(causal, None, None, seq_len, seq_len, device=device),
+            build(anti_causal, None, None, seq_len, seq_len, device=device))  # fmt: skip
+
+
+@functools.cache
+def _outside_window(seq_len: int, window: int, device: str) -> Tensor:
+    """(T, 4) booleans: which of the packed logits `S[t,0]`, `S[t,t]`, `S[t,t−1]`, `s q_t·k̄` name a key outside
+    query t's window (key 0 for t ≥ window; key t−1 everywhere when the window is 1)."""
+    rows = torch.arange(seq_len, device=device)
+    outside = torch.zeros(seq_len, 4, dtype=torch.bool, device=device)
+    outside[:, 0] = rows >= window
+    outside[:, 2] = window < 2
+    return outside
 
 
 def _flex_with_lse(query: Tensor, key: Tensor, value: Tensor, scale: float, block_mask, score_mod=None,
@@ -110,8 +135,12 @@ def _row_constants(seq_len: int, device: str) -> tuple[Tensor, Tensor]:
     return entropy_weights(0, seq_len, device), (torch.arange(seq_len, device=device) >= 1).float()
 
 
-def flex_parts(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, PackedRows]:
-    """Plain causal attention (B, T, H, Dv) like transformers', and its `LayerRows` packed (`PACKED`, module doc).
+def flex_parts(
+    query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
+) -> tuple[Tensor, PackedRows]:
+    """Causal attention (B, T, H, Dv) like transformers', and its `LayerRows` packed (`PACKED`, module doc); with
+    `window`, sliding-window attention (query t sees keys `t − window < j ≤ t`, Gemma-2/3's local layers): both
+    calls take the window in their masks, and entries outside it (`A[t,0]` for t ≥ window) are 0.
 
     `query` (B, H, T, D), `key`/`value` (B, KV, T, ·) (GQA: query head h reads kv head `h // (H // KV)`). Besides
     the two kernels, a few dozen tensor operations per layer (each a kernel launch on an accelerator): the four
@@ -124,7 +153,8 @@ def flex_parts(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tup
     group = H // KV
     q, k = query.float(), key.float()
     k_mean = k.mean(2, keepdim=True)  # (B, KV, 1, D)
-    causal, anti_causal = _block_masks(T, str(query.device))
+    window = None if window is None or window >= T else window
+    causal, anti_causal = _block_masks(T, str(query.device), window)
     forward, log_column_sums = _kernels(query.device.type)
     mixed, lse = forward(q, k, torch.cat([value.float(), k - k_mean], -1), scaling, causal)
     keys = k.unsqueeze(2).expand(B, KV, group, T, D).reshape(B, H, T, D)  # kv head of every query head
@@ -135,6 +165,8 @@ def flex_parts(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tup
                             k_mean.expand(B, KV, T, D)], 3).unsqueeze(2)  # fmt: skip
     q_scaled = (q * scaling).view(B, KV, group, T, 1, D)
     logits = (q_scaled * row_keys).sum(-1).view(B, H, T, 4)  # s q_t·[k_0, k_t, k_{t−1}, k̄]
+    if window is not None:  # keys outside the window: logit −∞, entry exp(−∞ − lse) = 0
+        logits = logits.masked_fill(_outside_window(T, window, str(query.device)), -torch.inf)
     # Dot products in float32 (no float64 copy of q: it would double the path's memory), differences in float64.
     mixed_logit = torch.linalg.vecdot(q_scaled.view(B, H, T, D), k_mix)  # s q_t·ō_t
     parts = torch.cat([logits, torch.stack([lse, mixed_logit, log_columns, out.norm(dim=-1)], -1)], -1)
@@ -163,9 +195,11 @@ def unpack_rows(parts: Tensor) -> LayerRows:
     )
 
 
-def flex_rows(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
+def flex_rows(
+    query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
+) -> tuple[Tensor, LayerRows]:
     """`flex_parts` with its `LayerRows` unpacked: the output (B, T, H, Dv) and one layer's rows (B, H, T)."""
-    out, packed = flex_parts(query, key, value, scaling)
+    out, packed = flex_parts(query, key, value, scaling, window)
     return out, unpack_rows(packed.parts)
 
 

@@ -25,6 +25,7 @@ sixty lines of bookkeeping.
 from __future__ import annotations
 
 import functools
+import warnings
 from abc import ABC, abstractmethod
 from collections import defaultdict
 
@@ -155,7 +156,9 @@ class Max(Sum):
         self.value[index] = torch.maximum(self.value[index], value)
 
     def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor) -> None:
-        flat.index_reduce_(0, rows, values, "amax")
+        with warnings.catch_warnings():  # torch marks index_reduce_ "beta" (its API may change), once per process
+            warnings.simplefilter("ignore", UserWarning)
+            flat.index_reduce_(0, rows, values, "amax")
 
     def merge(self, other: State) -> None:
         torch.maximum(self.value, other.value.to(self.value.device), out=self.value)
