@@ -17,7 +17,8 @@ def _axes(n: int, width: float = 4.6, height: float = 3.2) -> tuple[Figure, list
 
 
 def geometry_figure(evidence: dict[str, dict]) -> Figure:
-    """Per model: fraction of tokens with cos(z_0, z_t) ≤ 0 and mean cosine by depth, middle layers shaded."""
+    """Per model: fraction of tokens with cos(x_0, x_t) ≤ 0 on z and h, and the mean cosine on z, by depth over
+    every layer (the middle band ¼ … ¾ shaded; the verdict varies it)."""
     fig, axes = _axes(len(evidence))
     for ax, (model, tables) in zip(axes, evidence.items()):
         geometry = tables["geometry"]
@@ -26,6 +27,8 @@ def geometry_figure(evidence: dict[str, dict]) -> Figure:
         ax.axvspan(min(middle) - 0.5, max(middle) + 0.5, color="#eeeeee", label="middle layers")
         for corpus, group in geometry.groupby("corpus"):
             ax.plot(group["layer"], group["bos_cos_nonpos_frac_z"], "-o", ms=3, label=f"frac cos≤0 (z) · {corpus}")
+            if "nonpos_frac_bos_h" in group:
+                ax.plot(group["layer"], group["nonpos_frac_bos_h"], "-s", ms=3, label=f"frac cos≤0 (h) · {corpus}")
             ax.plot(group["layer"], group["bos_cos_mean_z"], "--", label=f"mean cos (z) · {corpus}")
         ax.axhline(0, color="grey", lw=0.6)
         ax.set(xlabel="layer", ylim=(-1.05, 1.05), title=model)

@@ -195,7 +195,8 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     scores = {label: m.evidence[corpus]["sink_column"] / T for corpus, label in ANCHORS.items() if corpus in m.evidence}
     verdicts.append(replace(c.gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
     tables = {
-        "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus], T).assign(corpus=corpus)
+        "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus] | m.switch[corpus], T)
+                               .assign(corpus=corpus)
                                for corpus in config.corpora], ignore_index=True),  # fmt: skip
         "switch": pd.concat([switch_table(m.switch[corpus]).assign(corpus=corpus) for corpus in config.corpora],
                             ignore_index=True),  # fmt: skip
@@ -219,11 +220,14 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
 
 def geometry_table(run, arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
     """The run's per-layer geometry columns with the per-window evidence's BOS and control non-positive
-    fractions (the numbers `geometry` and `mlp_like` are computed from)."""
+    fractions on z and, when the switch pass ran, on h (the numbers `geometry` and `mlp_like` are computed from)."""
     W = arrays["nonpos"].shape[0]
     frame = _columns(run.layers, GEOMETRY_COLUMNS).copy()
     frame["nonpos_frac_bos"] = arrays["nonpos"].sum(0) / (W * (T - 1))
     frame["nonpos_frac_control"] = arrays["nonpos_control"].sum(0) / (W * (T - 2))
+    if "nonpos_h" in arrays:
+        frame["nonpos_frac_bos_h"] = arrays["nonpos_h"].sum(0) / (W * (T - 1))
+        frame["nonpos_frac_control_h"] = arrays["nonpos_h_control"].sum(0) / (W * (T - 2))
     frame["mlp_like_frac_windows"] = at_delta(arrays["mlp_like"]).sum(0) / (W * (T - 1))
     return frame
 
