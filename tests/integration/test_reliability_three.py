@@ -469,3 +469,41 @@ def test_a_comparison_without_out_keeps_the_first_runs_own_page(drawn_run, tmp_p
     (a / "report.html").write_text("A's own page")
     assert main(["report", str(a), str(drawn_run)]) == 0
     assert (a / "report.html").read_text() == "A's own page" and (a / "comparison.html").is_file()
+
+
+# --- 13, 14, 16. one line, before the model loads ------------------------------------------------------------
+
+
+def test_bad_text_and_bos_id_of_view_and_the_attention_api_are_one_line(tiny, tmp_path, capsys, no_model):
+    import sinkscope
+    from sinkscope.errors import SinkscopeError
+
+    model, _ = tiny
+    undecodable = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")  # what Python makes of such an argv
+    line = one_error(capsys, ["view", "--model", str(model), "--text", undecodable, "--out", str(tmp_path / "v.html")])
+    assert "--text is not valid UTF-8" in line
+    for kwargs, message in (({"text": 42}, "text must be a string, not int"),
+                            ({"text": undecodable}, "text is not valid UTF-8"),
+                            ({"text": "a b", "bos_id": -1}, "is not a token id")):  # fmt: skip
+        with pytest.raises(SinkscopeError, match=message):
+            sinkscope.attention(str(model), **kwargs)
+
+
+def test_bos_id_beyond_the_vocabulary_of_the_attention_api_is_one_line(tiny):
+    import sinkscope
+    from sinkscope.errors import SinkscopeError
+
+    with pytest.raises(SinkscopeError, match="is not a token of the model"):
+        sinkscope.attention(str(tiny[0]), "a b", bos_id=10**6)
+
+
+def test_impossible_configs_are_one_line(tiny, tmp_path, capsys):
+    model, corpus = tiny
+    for key, value, message in (("max_position_embeddings", -1, "max_position_embeddings -1; it must be a positive"),
+                                ("num_experts_per_tok", 9, "num_experts_per_tok 9 experts of only 4")):  # fmt: skip
+        bad = tmp_path / key
+        shutil.copytree(model, bad)
+        config = json.loads((bad / "config.json").read_text())
+        config.update({key: value, **({"num_local_experts": 4} if key == "num_experts_per_tok" else {})})
+        (bad / "config.json").write_text(json.dumps(config))
+        assert message in one_error(capsys, analyze_args((bad, corpus), "--out", str(tmp_path / f"o-{key}")))

@@ -84,6 +84,22 @@ def check_source(source: str) -> None:
                     break
 
 
+def check_text(text: object, what: str = "text") -> str:
+    """`text` when it is a string of valid Unicode text; one clear line for anything else (a number, bytes, a list)
+    and for a command-line argument holding bytes that are not UTF-8 (Python passes them on as lone surrogates,
+    which the tokenizer would reject only after the model loaded)."""
+    if not isinstance(text, str):
+        raise SinkscopeError(f"{what} must be a string, not {type(text).__name__}; pass the text itself")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise SinkscopeError(
+            f"{what} is not valid UTF-8 (an undecodable byte at character {err.start}); pass UTF-8 text or put it in "
+            "a file and use --file (its bad bytes are replaced and reported)"
+        ) from None
+    return text
+
+
 def source_identity(source: str) -> dict:
     """What a corpus's text is, by content, for deciding whether a finished result may be reused: for a file or a
     folder of files, sha256 over each file's relative name and bytes (and their count); for a builtin or `hf:`

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from sinkscope.corpus.sources import documents
+from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
@@ -234,7 +234,7 @@ def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta
         if not 0 < value < 1:
             raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
     if text is not None:
-        return [text]
+        return [check_text(text, "--text")]
     path = Path(file).expanduser()
     if not path.is_file():
         raise SinkscopeError(f"--file {path} does not exist or is not a file")

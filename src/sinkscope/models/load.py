@@ -185,7 +185,7 @@ def _resolve(name_or_path: str) -> tuple[Path | str, dict]:
 
 # Sizes a model directory's config.json must give as positive integers when it gives them at all.
 POSITIVE_SIZES = ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "hidden_size", "head_dim",
-                  "vocab_size")  # fmt: skip
+                  "vocab_size", "max_position_embeddings")  # fmt: skip
 
 
 def _check_config(path: Path) -> None:
@@ -203,6 +203,13 @@ def _check_config(path: Path) -> None:
             value = section.get(key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SinkscopeError(f"{path} gives {key} {value!r}; it must be a positive integer: fix the config")
+        experts = (section.get("num_local_experts") or section.get("num_experts")) if isinstance(section, dict) else None
+        chosen = section.get("num_experts_per_tok") if isinstance(section, dict) else None
+        if isinstance(experts, int) and isinstance(chosen, int) and chosen > experts > 0:
+            raise SinkscopeError(
+                f"{path} routes each token to num_experts_per_tok {chosen} experts of only {experts}; it must be at "
+                "most the number of experts: fix the config"
+            )
     if not isinstance(config, dict):
         raise SinkscopeError(f"{path} is not a JSON object; restore the model's config.json")
 

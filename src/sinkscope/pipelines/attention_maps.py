@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sinkscope.corpus.sources import documents
+from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
-from sinkscope.models.load import LoadedModel
+from sinkscope.models.load import LoadedModel, check_bos_id
 from sinkscope.stats.patterns import (
     diag_score,
     entropy_score,
@@ -87,17 +87,19 @@ def attention(
         if not 0 < value < 1:
             raise SinkscopeError(f"{name} {value} must lie strictly between 0 and 1")
     check_length(seq_len)
+    check_bos_id(None, bos_id)  # a negative id before the model loads, one beyond the vocabulary after
     if file is not None:
         path = Path(file).expanduser()
         if not path.is_file():
             raise SinkscopeError(f"file {path} does not exist or is not a file")
         docs = list(documents(str(path)))
     else:
-        docs = [text]
+        docs = [check_text(text)]
     if isinstance(model, str):
         from sinkscope.models.load import load_model
 
         model = load_model(model, device=device, dtype=dtype)
+    check_bos_id(model, bos_id)
     ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
     return attention_from_capture(model.tokenizer, capture_text(model, ids), epsilon, delta)
 
