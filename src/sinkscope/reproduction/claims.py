@@ -192,7 +192,8 @@ def oversmoothing_verdict(model: str, observed_rise: Sequence[float], dense_more
 
 SWITCH = {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
 GRID = (0.5, 1.0, 2.0)  # the δ (and τ) scales per-window tables are counted at
-TAU_CURVE = (0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0)  # τ of the switch curves
+# τ of the switch curves: dense where P(sink | off) and P(off | sink) cross on the embedded models (0.1 … 0.2)
+TAU_CURVE = (0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.4, 0.6, 0.8, 1.0)
 
 
 def switch_curves(table: np.ndarray) -> dict[str, np.ndarray]:

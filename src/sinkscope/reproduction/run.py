@@ -209,7 +209,7 @@ class ModelSections:
         (`reproduction.switch_evidence`)."""
         c = self.config
         key = {"section": "switch", "model": self.name, "corpus": corpus, "seq_len": c.seq_len,
-               "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "version": 2}  # fmt: skip
+               "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "version": 3}  # fmt: skip
         directory = self.out / f"switch-{slug(corpus)}"
 
         def compute(target: Path) -> None:
