@@ -507,3 +507,36 @@ def test_impossible_configs_are_one_line(tiny, tmp_path, capsys):
         config.update({key: value, **({"num_local_experts": 4} if key == "num_experts_per_tok" else {})})
         (bad / "config.json").write_text(json.dumps(config))
         assert message in one_error(capsys, analyze_args((bad, corpus), "--out", str(tmp_path / f"o-{key}")))
+
+
+def test_json_export_keeps_full_precision_and_says_inf(drawn_run, tmp_path):
+    import math
+
+    import pandas as pd
+
+    run = tmp_path / "run"
+    shutil.copytree(drawn_run, run)
+    heads = pd.read_parquet(run / "heads.parquet")
+    heads.loc[0, "sink_score"], heads.loc[1, "sink_score"], heads.loc[2, "sink_score"] = 3e-15, math.inf, -math.inf
+    heads.loc[3, "sink_score"] = 0.1 + 0.2  # needs 17 significant digits
+    heads.to_parquet(run / "heads.parquet", index=False)
+    assert main(["export", str(run), "--format", "json", "--out", str(tmp_path / "json")]) == 0
+    rows = json.loads((tmp_path / "json" / "heads.json").read_text())
+    assert [row["sink_score"] for row in rows[:4]] == [3e-15, "inf", "-inf", 0.1 + 0.2]
+    assert rows[4]["sink_score"] == heads.loc[4, "sink_score"] and rows[4]["head_class"] == heads.loc[4, "head_class"]
+
+
+def test_a_cache_that_is_a_file_is_one_line_before_dequantizing(tiny, tmp_path, capsys, monkeypatch):
+    cache, gguf = tmp_path / "cache", tmp_path / "m.gguf"
+    cache.write_text("not a folder")
+    gguf.write_bytes(b"GGUF stand-in")
+    monkeypatch.setenv("SINKSCOPE_CACHE", str(cache))
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("dequantized before the cache was checked")
+
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", tripwire)
+    line = one_error(capsys, analyze_args((gguf, tiny[1]), "--out", str(tmp_path / "o")))
+    assert f"the model cache {cache} (SINKSCOPE_CACHE) is a file, not a folder" in line

@@ -78,7 +78,12 @@ def file_sha256(path: Path) -> str:
 
 def _dequantized_gguf(path: Path, sha256: str) -> Path:
     """Directory holding the GGUF model as safetensors; dequantizes and caches it on first use."""
-    target = cache_root() / "gguf" / sha256[:32]
+    root = cache_root()
+    if root.exists() and not root.is_dir():  # before the minutes of dequantizing, with the right advice
+        raise SinkscopeError(
+            f"the model cache {root} (SINKSCOPE_CACHE) is a file, not a folder; set SINKSCOPE_CACHE to a folder"
+        )
+    target = root / "gguf" / sha256[:32]
     if (target / "model.safetensors").is_file() or (target / "model.safetensors.index.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -276,6 +281,8 @@ def load_model(
     except Exception as err:  # safetensors' SafetensorError on a truncated or foreign weights file, and the like
         fix = ("its safetensors weights are truncated or damaged: copy or download them again"
                if "safetensor" in type(err).__name__.lower() else "check its config.json and files")  # fmt: skip
+        if isinstance(source, Path) and Path(os.path.abspath(source)).is_relative_to(os.path.abspath(cache_root())):
+            fix = f"its converted copy in the cache, {source}, is damaged: delete that folder and rerun to convert again"
         raise SinkscopeError(
             f"could not load model '{name_or_path}' ({type(err).__name__}: {str(err)[:200]}); {fix}"
         ) from None

@@ -7,6 +7,8 @@ of this run's tables), never a folder of other files.
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -59,7 +61,7 @@ def export_tables(directory: str | Path, fmt: str, out: str | Path | None = None
             if fmt == "csv":
                 table.to_csv(target, index=False)
             else:
-                table.to_json(target, orient="records", indent=1, force_ascii=False)
+                target.write_text(json_records(table), encoding="utf-8")
     return [out / f"{path.stem}.{fmt}" for path in tables]
 
 
@@ -69,3 +71,17 @@ def _read(path: Path) -> pd.DataFrame:
     except Exception:  # pyarrow raises ArrowInvalid, OSError and others for a damaged file
         raise SinkscopeError(f"{path} is damaged or truncated (not a readable parquet table); rerun the command "
                              "that wrote it") from None
+
+
+def json_records(table: pd.DataFrame) -> str:
+    """`table` as a JSON list of records with every float at full precision (repr: 3e-15 stays 3e-15, not 0.0);
+    NaN is null and ±inf, which JSON cannot hold, is the string "inf" / "-inf" rather than a silent null."""
+
+    def value(item):
+        item = item.item() if hasattr(item, "item") else item
+        if isinstance(item, float) and not math.isfinite(item):
+            return None if math.isnan(item) else ("inf" if item > 0 else "-inf")
+        return item
+
+    records = [{k: value(v) for k, v in row.items()} for row in table.to_dict(orient="records")]
+    return json.dumps(records, indent=1, ensure_ascii=False, allow_nan=False, default=str)
