@@ -97,3 +97,12 @@ def test_more_windows_and_another_batch_size_resume_to_the_uninterrupted_result(
     assert resumed.meta["corpus"]["windows"] == fresh.meta["corpus"]["windows"] == len(ids)
     for name in ("heads", "layers", "positions"):
         pd.testing.assert_frame_equal(getattr(resumed, name), getattr(fresh, name), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("field", ["epsilon", "delta", "tau", "epsilons"])
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_thresholds_at_zero_or_one_are_refused(field, value):
+    """ε, δ and τ lie strictly between 0 and 1 (each end on its own: 1 − δ = 0 or τ = 1 are not thresholds)."""
+    with pytest.raises(SinkscopeError, match=f"--{field} {value} must lie strictly between 0 and 1"):
+        AnalyzeConfig(**{field: (value,) if field == "epsilons" else value})
+    AnalyzeConfig(**{field: (0.999,) if field == "epsilons" else 0.001})
