@@ -156,3 +156,14 @@ def test_kept_adds_fold_in_as_immediate_ones():
     torch.testing.assert_close(total.value, expected_sum, rtol=0, atol=1e-6)
     torch.testing.assert_close(largest.value, expected_max, rtol=0, atol=1e-6)
     assert not total._pending
+
+
+def test_a_long_run_keeps_a_bounded_number_of_adds():
+    """Kept adds are folded in once `KEEP` of them wait, so a run of many batches holds at most `KEEP` per state."""
+    from sinkscope.statistics.state import KEEP
+
+    total = Sum((3,))
+    for i in range(KEEP * 2 + 5):
+        total.add(torch.ones(()), (i % 3,))
+        assert len(total._pending) < KEEP
+    assert total.value.tolist() == [float(len(range(r, KEEP * 2 + 5, 3))) for r in range(3)]

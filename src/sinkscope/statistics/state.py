@@ -68,13 +68,17 @@ class State(ABC):
         self.load(merged.tensors())
 
 
+KEEP = 256  # adds a `Sum` keeps before folding them in (a few batches of a 30-layer model)
+
+
 class Sum(State):
     """A float64 tensor of `shape` that merges by `+`; `add(value, index)` folds a batch in.
 
     An `add` at an index of plain non-negative ints (the first may be a tuple of them: several layers at once, the
     value then has a leading axis of that length) whose value has the shape of the indexed part is kept as it is
-    until `value` is next read; the kept values are then folded in together (`flush`: per index length, one
-    concatenation and one `index_add_`). Any other index is folded in at once."""
+    until `value` is next read, or until `KEEP` adds are kept (so that a long run holds a bounded number of them);
+    the kept values are then folded in together (`flush`: per index length, one concatenation and one
+    `index_add_`). Any other index is folded in at once."""
 
     def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu") -> None:
         self.shape, self.device = tuple(shape), device
@@ -97,6 +101,8 @@ class Sum(State):
         lead = (len(first),) if isinstance(first, tuple) else ()
         if _plain(index) and tuple(value.shape) == lead + self.shape[len(index) :]:
             self._pending.append((index, value if lead else value.unsqueeze(0)))
+            if len(self._pending) >= KEEP:
+                self.flush()
         else:
             self._fold(index, value.detach().to(device=self._value.device, dtype=torch.float64))
 
