@@ -81,7 +81,7 @@ def test_a_short_corpus_is_announced_and_the_export_of_a_sweep_names_the_cells(t
     lines: list[str] = []
     table = sweep(config, tmp_path / "sw", progress=False, echo=lines.append)
     assert any(line.endswith("analysing 6 windows (the corpus gives 6 of the 8 asked for)") for line in lines), lines
-    assert table["windows"].tolist() == [5]
+    assert table["windows"].tolist() == [6]
     capsys.readouterr()
     assert main(["export", str(tmp_path / "sw"), "--format", "json"]) == 0
     wrote, cells = capsys.readouterr().out.strip().splitlines()
