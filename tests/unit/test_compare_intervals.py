@@ -47,7 +47,7 @@ def test_delta_cells_pair_only_the_same_windows_and_say_when_data_is_missing():
     values = np.linspace(0, 1, 50)
     first = run(values, 50)
     same = delta_cell([first, run(values + 0.1, 50)], 1, "sink_rate", "sink_rate")
-    assert same["value"] == "+0.100" and same["interval"] == "[+0.100, +0.100]" and "paired" in same["title"]
+    assert same["value"] == "+0.100" and same["interval"] == "[+0.100,\u00a0+0.100]" and "paired" in same["title"]
     other = delta_cell([first, run(values + 0.1, 50, hashes=np.arange(50) + 7)], 1, "sink_rate", "sink_rate")
     assert "on their own" in other["title"] and other["interval"] != same["interval"]
     old = delta_cell([first, run(None, 50)], 1, "sink_rate", "sink_rate")

@@ -119,7 +119,7 @@ def delta_cell(runs: list, index: int, key: str, column: str) -> dict | str:
     stored = [r.meta["corpus"].get("windows") for r in (run, first)]
     if stored != [len(b), len(a)]:
         how += f"; the table holds the first {MAX_STORED} windows of a run"
-    return {"value": value, "interval": f"[{_signed(low)}, {_signed(high)}]",
+    return {"value": value, "interval": f"[{_signed(low)},\u00a0{_signed(high)}]",  # (no break inside)
             "title": f"95% bootstrap interval over windows ({len(b)} and {len(a)} windows, {BOOTSTRAP_RESAMPLES} "
                      f"resamples, {how})"}  # fmt: skip
 
