@@ -218,6 +218,15 @@ def test_value_drain_by_rank_correlation():
         c.value_drain_verdict(M, drains(1.5, 1.0), hard, 63),
         c.value_drain_verdict(M, drains(0.1, 1.0), np.zeros((W, L, H)), 63),  # no head sinks: no spread
     ) == [P, N, NM]
+    # Simpson for drains: across layers sinking goes with small drains, within every layer the opposite.
+    level, k = np.arange(L)[:, None], np.arange(KV)[None, :]
+    frac = 0.2 * level + 0.05 * k  # (L, KV)
+    within = np.zeros((W, L, H))
+    within[:, :, ::2] = np.round(frac * 63)
+    drain = np.broadcast_to(1.0 - 0.2 * level + 0.05 * k, (W, L, KV)) + rng.normal(0, 1e-3, (W, L, KV))
+    simpson = c.value_drain_verdict(M, drain, within, 63)
+    assert simpson.evidence["rho_all_groups"] < -0.5 and simpson.evidence["rho_within_layers"] > 0.9
+    assert simpson.verdict == P
     # One KV group per layer (Gemma-3): no within-layer correlation, still measurable.
     single = c.value_drain_verdict(M, drains(0.1, 1.0)[:, :, :1] * np.arange(L, 0, -1)[None, :, None],
                                    np.repeat(np.arange(L)[None, :, None] * 10.0, W, 0), 63)  # fmt: skip
