@@ -220,10 +220,10 @@ def test_value_drain_by_rank_correlation():
     ) == [P, N, NM]
     # Simpson for drains: across layers sinking goes with small drains, within every layer the opposite.
     level, k = np.arange(L)[:, None], np.arange(KV)[None, :]
-    frac = 0.2 * level + 0.05 * k  # (L, KV)
+    frac = 0.3 * level + 0.02 * k  # (L, KV); the sink groups' drains stay ≤ 0.25 at every threshold scale
     within = np.zeros((W, L, H))
     within[:, :, ::2] = np.round(frac * 63)
-    drain = np.broadcast_to(1.0 - 0.2 * level + 0.05 * k, (W, L, KV)) + rng.normal(0, 1e-3, (W, L, KV))
+    drain = np.broadcast_to(0.8 - 0.25 * level + 0.02 * k, (W, L, KV)) + rng.normal(0, 1e-3, (W, L, KV))
     simpson = c.value_drain_verdict(M, drain, within, 63)
     assert simpson.evidence["rho_all_groups"] < -0.5 and simpson.evidence["rho_within_layers"] > 0.9
     assert simpson.verdict == P
