@@ -49,7 +49,7 @@ def add_parser(subparsers) -> None:
                         help="few windows and a small geometry sample: every section, on less data (minutes)")
     parser.add_argument("--windows", type=int, default=None, help="windows per main corpus (default 32; quick 8)")
     parser.add_argument("--random-draws", type=int, default=None,
-                        help="random head sets per ablation (default 8; quick 2): the ablation intervals are over them")
+                        help="random draws per ablation control (default 20, the fewest a verdict takes; quick 2)")
     parser.add_argument("--ablation-windows", type=int, default=None,
                         help="windows of the ablations (default 16; quick 2)")
     parser.add_argument("--regimes-from", default=None, metavar="DIR",
