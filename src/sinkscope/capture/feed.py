@@ -180,7 +180,7 @@ class Feed:
             return
         layers = tuple(layer for layer, _, _ in self._deferred)
         sink, diag, prev, columns, entropy, out_norms = self._stacked_rows([rows for _, rows, _ in self._deferred])
-        norms = self._head_norms(torch.stack([norms for *_, norms in self._deferred]))
+        norms = self._head_norms(torch.stack([norms.to(sink.device) for *_, norms in self._deferred]))
         self._deferred.clear()
         self._check_finite(list(layers), entropy.sum(-1) + out_norms.sum((-2, -1)))
         sums, hard_sink, hard_diag = pattern_row_sums(sink, diag, prev, 0, self.delta)
@@ -208,11 +208,12 @@ class Feed:
         """The `LayerRows` fields of several layers, each (L', B, H, ·): packed rows of one kind are stacked and
         unpacked at once, anything else unpacked layer by layer and stacked field by field."""
         first = items[0]
+        device = first.parts.device if isinstance(first, PackedRows) else first.sink.device  # --device-map auto
         if isinstance(first, PackedRows) and all(isinstance(i, PackedRows) and i.unpack is first.unpack for i in items):
-            rows = first.unpack(torch.stack([item.parts for item in items]))
+            rows = first.unpack(torch.stack([item.parts.to(device) for item in items]))
             return [getattr(rows, name) for name in LAYER_ROWS_FIELDS]
         unpacked = [item.unpack(item.parts) if isinstance(item, PackedRows) else item for item in items]
-        return [torch.stack([getattr(rows, name) for rows in unpacked]) for name in LAYER_ROWS_FIELDS]
+        return [torch.stack([getattr(rows, name).to(device) for rows in unpacked]) for name in LAYER_ROWS_FIELDS]
 
     def _rows(self, layer: int, rows: Rows) -> None:
         for statistic in self.statistics:

@@ -39,7 +39,8 @@ class BosGeometry(Statistic):
         if not self._batch:
             return
         layers = tuple(self._batch)
-        parts = torch.stack(list(self._batch.values()))  # (L', 2, 2, B, T)
+        device = next(iter(self._batch.values())).device  # layers may sit on other devices (--device-map auto)
+        parts = torch.stack([part.to(device) for part in self._batch.values()])  # (L', 2, 2, B, T)
         self._batch.clear()
         for name, value in bos_geometry_sums_from(parts[:, 0], parts[:, 1]).items():  # each (L', 2): h, z
             for k, kind in enumerate("hz"):

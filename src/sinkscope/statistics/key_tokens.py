@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.statistics.state import KeyedSum
+from sinkscope.statistics.state import KeyedSum, device_index
 from sinkscope.statistics.statistic import Columns, Statistic, Tables
 from sinkscope.stats.patterns import received_from_columns
 
@@ -51,7 +51,7 @@ class KeyTokens(Statistic):
             "received_exceed": (received > self.epsilon).sum(-2).flatten(-2).double(),
         }
         rows = self._batch_rows.view(-1, 1)  # (B·(T-2), 1) occurrence → row of its id
-        layers = torch.as_tensor(layer, device=rows.device).view(1, -1)  # (1, L'): one layer or a tuple of them
+        layers = device_index(layer if isinstance(layer, tuple) else (layer,), str(rows.device)).view(1, -1)  # (1, L')
         for name, value in per_occurrence.items():  # layers may sit on other devices (--device-map auto)
             value = value.to(rows.device).view(-1, rows.shape[0]).T  # (B·(T-2), L')
             self._batch[name].index_put_((rows, layers), value, accumulate=True)

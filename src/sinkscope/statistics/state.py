@@ -100,6 +100,7 @@ class Sum(State):
         first = index[0] if isinstance(index, tuple) and index else None
         lead = (len(first),) if isinstance(first, tuple) else ()
         if _plain(index) and tuple(value.shape) == lead + self.shape[len(index) :]:
+            value = value.to(self._value.device)  # layers may sit on other devices (--device-map auto)
             self._pending.append((index, value if lead else value.unsqueeze(0)))
             if len(self._pending) >= KEEP:
                 self.flush()
@@ -130,7 +131,7 @@ class Sum(State):
                 rows += [f * strides[0] + rest for f in first]
             values = torch.cat([value for _, value in entries]).detach()
             device = self._value.device
-            self._fold_rows(_device_rows(tuple(rows), str(device)), flat, values.to(device=device, dtype=torch.float64))
+            self._fold_rows(device_index(tuple(rows), str(device)), flat, values.to(device=device, dtype=torch.float64))
 
     def tensors(self) -> dict[str, Tensor]:
         return {"value": self.value.cpu()}
@@ -350,9 +351,9 @@ def _plain(index: tuple) -> bool:
 
 
 @functools.cache
-def _device_rows(rows: tuple[int, ...], device: str) -> Tensor:
-    """The row indices `rows` as a long tensor on `device`, made once: a copy from the host each batch would make
-    an accelerator wait for its queue."""
+def device_index(rows: tuple[int, ...], device: str) -> Tensor:
+    """The indices `rows` as a long tensor on `device`, made once per distinct tuple: a copy from the host each
+    batch would make an accelerator wait for its queue."""
     return torch.tensor(rows, dtype=torch.long, device=device)
 
 
