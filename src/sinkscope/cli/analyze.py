@@ -24,11 +24,11 @@ THRESHOLD_FLAGS = (
     ("--dense-threshold", "dense", "dense head: mean normalised row entropy above X (1 = uniform)"),
 )
 
-# Seconds per layer of the half-space certificates at 256 sampled inputs on a quiet machine: `make demo` (SmolLM2,
-# builtin:prose, T = 64, 256 windows) at load 15.6 on 2 CPUs took timings.geometry_seconds = 165 for 30 layers,
-# 0.66 s per layer after dividing by that load's slowdown (8.3, `sinkscope.threads.slowdown`); synthetic inputs of
-# SmolLM2's width take 0.46 (docs/theory/geometry.md). The cost grows about as the square of the inputs sampled.
-GEOMETRY_SECONDS_PER_LAYER = 0.65
+# Seconds per layer of the half-space certificates at 256 sampled inputs: `make demo` (SmolLM2, builtin:prose,
+# T = 64, 256 windows) took timings.geometry_seconds = 2.8 for 30 layers with one BLAS thread at load 13 on 2 CPUs
+# (165 s before numpy's BLAS got the chosen thread count: its threads oversubscribed the busy cores). The cost grows
+# about as the square of the inputs sampled.
+GEOMETRY_SECONDS_PER_LAYER = 0.1
 
 
 def add_parser(subparsers) -> None:
@@ -169,15 +169,15 @@ def token_line(tokens: dict, corpus: str, seq_len: int, max_windows: int) -> str
 
 
 def geometry_note(n_layers: int, contexts: int, slowdown: float = 1.0) -> str:
-    """What the geometry step after the pass computes, why, its estimated time (quiet, times `slowdown`: see
-    `sinkscope.threads.slowdown`), and how to skip it."""
+    """What the geometry step after the pass computes, why, its estimated time (and, with a `slowdown` above 1.5,
+    its bound on a busy machine: `sinkscope.threads.slowdown`), and how to skip it."""
     seconds = GEOMETRY_SECONDS_PER_LAYER * n_layers * (contexts / 256) ** 2
-    busy = f" on this busy machine (load: ×{slowdown:.1f})" if slowdown > 1.5 else ""
+    busy = f" (up to {max(1, round(seconds * slowdown))} s on this busy machine)" if slowdown > 1.5 else ""
     return (
         f"sinkscope analyze: after the pass, the geometry step (optional; --geometry-cap 0 skips it) solves, per "
         f"layer, two small convex problems on {contexts} sampled attention inputs: can one fixed key direction "
         f"make BOS the sink of every query (half-space certificates γ1, γ2, layers.parquet; docs/theory/geometry.md)? "
-        f"Estimate: about {max(1, round(seconds * slowdown))} s for {n_layers} layers{busy}"
+        f"Estimate: about {max(1, round(seconds))} s for {n_layers} layers{busy}"
     )
 
 
