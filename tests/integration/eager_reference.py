@@ -213,6 +213,7 @@ def eager_reference(
             layer_row |= {f"bos_cos_mean_{kind}": float(cos.mean()), f"bos_cos_max_{kind}": float(cos.max()),
                           f"bos_cos_nonpos_frac_{kind}": float((cos <= 0).double().mean()),
                           f"bos_norm_ratio_{kind}": float((norms[:, 0] / norms[:, 1:].mean(-1)).mean())}  # fmt: skip
+        layer_row |= massive_row(hs[layer])
         if geometry:
             z = zs[layer]
             layer_row |= certificates(z[0, 0].numpy(), z[:, 1:].reshape(-1, z.shape[-1]).numpy())
@@ -303,6 +304,23 @@ def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements:
             patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
         run = analyze(lm, windows, config, progress=False)
     return run, taken, starts
+
+
+def massive_row(h: torch.Tensor) -> dict:
+    """Massive activations of one layer's residual inputs h (N, T, d), from the whole tensor: the largest |h| and
+    where (over windows, then the first position and channel), BOS's and the rest's maxima, and the exact median
+    reported as the centre of its 1/8-octave bin (the statistic's resolution). Ties at BOS go to BOS."""
+    a = h.abs().double()
+    N, T, _ = a.shape
+    c = int(a.amax((0, 1)).argmax())
+    bos, rest = float(a[:, 0].max()), float(a[:, 1:].max())
+    # ties (one token at two positions): the first window, then the first position, reaching the maximum
+    t = 0 if float(a[:, 0, c].max()) >= float(a[:, 1:, c].max()) else int(np.argmax(a[:, 1:, c].flatten().numpy())) % (T - 1) + 1
+    median = float(a.flatten().median())
+    centre = 2.0 ** (-20 + (math.floor((math.log2(median) + 20) * 8) + 0.5) / 8)
+    return {"massive_max": float(a.max()), "massive_position": t, "massive_channel": c, "massive_median": centre,
+            "massive_ratio": float(a.max()) / centre, "massive_bos_max": bos, "massive_rest_max": rest,
+            "massive_on_bos": bos >= rest}  # fmt: skip
 
 
 KEYS = {"heads": ["layer", "head"], "layers": ["layer"], "positions": ["layer", "position"], "tokens": ["token_id"],
