@@ -15,6 +15,8 @@ many it holds), so it never grows with the corpus.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import torch
@@ -31,10 +33,14 @@ HASH_PRIME = 2**31 - 1
 
 def tokens_hash(ids: Tensor) -> Tensor:
     """`Σ_t (id_t · 31^t mod P) mod P` of each window (B, T) → (B,) int64 (P = `HASH_PRIME`; exact in float64)."""
-    powers = torch.ones(ids.shape[-1], dtype=torch.int64)
-    for t in range(1, len(powers)):
-        powers[t] = powers[t - 1] * 31 % HASH_PRIME
-    return (ids.long().cpu() * powers % HASH_PRIME).sum(-1) % HASH_PRIME
+    return (ids.long().cpu() * _hash_powers(ids.shape[-1]) % HASH_PRIME).sum(-1) % HASH_PRIME
+
+
+@functools.cache
+def _hash_powers(length: int) -> Tensor:
+    """`31^t mod P` for t < `length` (int64), made once per length (a tensor operation per position and batch
+    would cost thousands of dispatches per batch at long T)."""
+    return torch.tensor([pow(31, t, HASH_PRIME) for t in range(length)], dtype=torch.int64)
 
 
 class WindowSummary(Statistic):
