@@ -346,7 +346,10 @@ def compare(tables: dict[str, pd.DataFrame], summary: dict, ref: Reference, labe
             if b.dtype.kind in "biuOU" or column in ("context_rank",) or column.startswith("switch_n_"):
                 assert [str(x) for x in a] == [str(x) for x in b], f"{where}: {a} != {b}"
             else:
-                np.testing.assert_allclose(a.astype(float), b.astype(float), atol=TOLERANCE, rtol=TOLERANCE,
+                # residual entries of 10³–10⁴ (massive activations) differ by ~2e-5 relative between batchings in
+                # float32 on a real model
+                rtol = 1e-4 if column.startswith("massive_") else TOLERANCE
+                np.testing.assert_allclose(a.astype(float), b.astype(float), atol=TOLERANCE, rtol=rtol,
                                            equal_nan=True, err_msg=where)
     order = tables["tokens"][["sink_frac", "received_mean"]].to_numpy()
     assert all(tuple(order[i]) >= tuple(order[i + 1]) for i in range(len(order) - 1)), f"{label} tokens: not sorted"
