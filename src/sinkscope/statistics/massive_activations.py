@@ -12,8 +12,8 @@ Per layer (`layers` table): `massive_max` = max_{t,c} |h[t,c]|, its `massive_pos
 is at BOS). The extra table `massive_activations`: the `TOP` channels of each layer by their largest |h|, with
 value, position and BOS's |h| in that channel.
 
-Cost per layer and batch: about a dozen elementwise / reduction kernels on (B, T, d) (abs, two max reductions,
-log2, clamp, a histogram, and the state updates); no host read.
+Cost per layer and batch: six kernels on (B, T, d) (abs, two max reductions, log2, clamp, a histogram) and the
+state updates on (d,) and (bins,), about 27 kernel launches in all (benchmarks/launch_budget.py); no host read.
 """
 
 from __future__ import annotations
