@@ -316,7 +316,7 @@ def test_refused_model_types_name_the_reason():
     for model_type in REFUSED:
         with pytest.raises(SinkscopeError, match="outside the attention interface"):
             family_for(model_type)
-    with pytest.raises(SinkscopeError, match="no sinkscope family entry; supported: .*gpt_neox"):
+    with pytest.raises(SinkscopeError, match="'rwkv' is not supported: .* model types: .*gpt_neox.*`sinkscope models`"):
         family_for("rwkv")
     # What does not apply to one configuration of a family, with the reason.
     with pytest.raises(SinkscopeError, match="weight forms .* phi models: its QK LayerNorms"):

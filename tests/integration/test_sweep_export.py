@@ -97,7 +97,8 @@ def test_export_writes_every_table_as_csv_and_json(tiny, tmp_path):
     run.save(tmp_path / "run", report=False)
     assert main(["export", str(tmp_path / "run"), "--format", "csv"]) == 0
     assert main(["export", str(tmp_path / "run"), "--format", "json", "--out", str(tmp_path / "j")]) == 0
-    names = {"heads", "layers", "positions", "tokens", "token_layers"}
+    names = {p.stem for p in (tmp_path / "run").glob("*.parquet")}
+    assert names >= {"heads", "layers", "positions", "tokens", "token_layers", "windows", "massive_activations"}
     assert {p.stem for p in (tmp_path / "run" / "csv").iterdir() if not p.name.startswith(".")} == names
     for name in names:
         original = pd.read_parquet(tmp_path / "run" / f"{name}.parquet")
