@@ -37,26 +37,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from sinkscope.cli.analyze import check_arguments
-    from sinkscope.corpus.sources import check_source
-    from sinkscope.corpus.windows import windows
+    from sinkscope.cli.model_windows import model_windows
     from sinkscope.errors import SinkscopeError
-    from sinkscope.models.load import load_model
-    from sinkscope.pipelines.analysis import check_seq_len
     from sinkscope.pipelines.switch_attribution import save_attribution, switch_attribution
-    from sinkscope.staging import claimed_output
 
     if not (0 < args.tau < 1 and 0 < args.delta < 1):
         raise SinkscopeError(f"--tau {args.tau} and --delta {args.delta} must lie strictly between 0 and 1")
-    check_arguments(args)
-    check_source(args.corpus)
-    with claimed_output(Path(args.out), args.overwrite):
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
-        check_seq_len(lm, args.seq_len)
-        stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
-                         batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    with model_windows(args) as (lm, stream):
         table = switch_attribution(lm, stream, args.tau, args.delta, progress=True)
         meta = {"model": lm.identity.get("name", args.model), "corpus": args.corpus, "seq_len": args.seq_len,
                 "windows": args.max_windows, "tau": args.tau, "delta": args.delta}  # fmt: skip

@@ -50,25 +50,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from sinkscope.cli.analyze import check_arguments
-    from sinkscope.corpus.sources import check_source
-    from sinkscope.corpus.windows import windows
-    from sinkscope.models.load import load_model
-    from sinkscope.pipelines.analysis import check_seq_len
+    from sinkscope.cli.model_windows import model_windows
     from sinkscope.pipelines.dense_attention import DenseConfig, check_uniform_reach, run_dense, save_dense
-    from sinkscope.staging import claimed_output
 
     config = DenseConfig(lambdas=args.lambdas, loss_lambdas=args.loss_lambdas)
-    check_arguments(args)
-    check_source(args.corpus)
-    with claimed_output(Path(args.out), args.overwrite):
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
-        check_seq_len(lm, args.seq_len)
+    with model_windows(args) as (lm, stream):
         check_uniform_reach(lm, args.seq_len)
-        stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
-                         batch_size=args.batch_size, seed=args.seed)  # fmt: skip
         result = run_dense(lm, stream, config, progress=True)
         save_dense(args.out, result, overwrite=True)
     print(f"T={args.seq_len}, {result['curves']['window'].nunique()} windows -> {args.out}")

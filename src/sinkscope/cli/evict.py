@@ -49,25 +49,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from sinkscope.cli.analyze import check_arguments
-    from sinkscope.corpus.sources import check_source
-    from sinkscope.corpus.windows import windows
-    from sinkscope.models.load import load_model
-    from sinkscope.pipelines.analysis import check_seq_len
+    from sinkscope.cli.model_windows import model_windows
     from sinkscope.pipelines.eviction import EvictConfig, run_eviction, save_eviction
-    from sinkscope.staging import claimed_output
 
     config = EvictConfig(window=args.window, ks=args.ks)
-    check_arguments(args)
     config.check_seq_len(args.seq_len)
-    check_source(args.corpus)
-    with claimed_output(Path(args.out), args.overwrite):
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
-        check_seq_len(lm, args.seq_len)
-        stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
-                         batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    with model_windows(args) as (lm, stream):
         losses, summary, meta = run_eviction(lm, stream, config, progress=True)
         save_eviction(args.out, losses, summary, meta, overwrite=True)
     print(f"{summary['n_windows'].iloc[0]} windows, T={args.seq_len}, window {args.window} -> {args.out}")

@@ -41,32 +41,19 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from sinkscope.cli.analyze import check_arguments
-    from sinkscope.corpus.sources import check_source
-    from sinkscope.corpus.windows import windows
+    from sinkscope.cli.model_windows import model_windows
     from sinkscope.errors import SinkscopeError
-    from sinkscope.models.load import load_model
-    from sinkscope.pipelines.analysis import check_seq_len
     from sinkscope.pipelines.switch_assumptions import (
         SwitchConfig,
         run_switch_assumptions,
         save_switch_assumptions,
     )
-    from sinkscope.staging import claimed_output
 
     for name in ("tau", "delta", "min_distance"):
         if not 0 < getattr(args, name) < 1:
             raise SinkscopeError(f"--{name.replace('_', '-')} {getattr(args, name)} must be between 0 and 1")
     config = SwitchConfig(tau=args.tau, delta=args.delta, min_distance=args.min_distance, seed=args.seed)
-    check_arguments(args)
-    check_source(args.corpus)
-    with claimed_output(Path(args.out), args.overwrite):
-        lm = load_model(args.model, device=args.device, dtype=args.dtype)
-        check_seq_len(lm, args.seq_len)
-        stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
-                         batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    with model_windows(args) as (lm, stream):
         result = run_switch_assumptions(lm, stream, config)
         save_switch_assumptions(args.out, result, overwrite=True)
     print(f"-> {args.out}")
