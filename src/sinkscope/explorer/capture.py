@@ -18,7 +18,7 @@ from torch import Tensor
 from sinkscope.capture.layer_inputs import layer_input_hooks
 from sinkscope.corpus.windows import default_bos_id
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module, projection_channels
+from sinkscope.models.families import attention_module, projection_channels, softmax_layers
 from sinkscope.models.load import LoadedModel
 
 # Beyond this the embedded maps (L·H·T²/2 entries) stop being a page a browser opens quickly.
@@ -64,7 +64,8 @@ class TextCapture:
     (`output_attentions=True` of the eager implementation; rows = queries, zero above the diagonal); `h`, `z`
     (L, T, d) float32: the residual stream entering each layer and the attention input after its norm
     (docs/theory/geometry.md); `value_norms` (L, H, T): `||v_j||` of the value vector each query head reads (a
-    key/value head shared by a group of query heads gives each of them the same norms).
+    key/value head shared by a group of query heads gives each of them the same norms). A layer without a softmax
+    map (Qwen3-Next's linear-attention layers, `models.families.softmax_layers`) has NaN maps and value norms.
     """
 
     ids: Tensor
@@ -90,7 +91,8 @@ def capture_text(lm: LoadedModel, ids: Tensor) -> TextCapture:
     L = len(lm.layers)
     h: list[Tensor | None] = [None] * L
     z: list[Tensor | None] = [None] * L
-    value_norms = torch.zeros(L, layout.n_heads, T)
+    softmax = softmax_layers(family, lm.layers)
+    value_norms = torch.full((L, layout.n_heads, T), torch.nan)
     channels = projection_channels(family, layout, "v")
 
     def on_inputs(layer: int, h_l: Tensor, z_l: Tensor) -> None:
@@ -106,8 +108,8 @@ def capture_text(lm: LoadedModel, ids: Tensor) -> TextCapture:
         return hook
 
     handles = [
-        getattr(attention_module(family, block), family.value_proj).register_forward_hook(value_hook(index))
-        for index, block in enumerate(lm.layers)
+        getattr(attention_module(family, lm.layers[index]), family.value_proj).register_forward_hook(value_hook(index))
+        for index in softmax
     ]
     previous = lm.model.config._attn_implementation
     try:
@@ -118,5 +120,6 @@ def capture_text(lm: LoadedModel, ids: Tensor) -> TextCapture:
         lm.model.set_attn_implementation(previous)
         for handle in handles:
             handle.remove()
-    attn = torch.stack([layer[0].float().cpu() for layer in out.attentions])  # (L, H, T, T)
+    attn = torch.full((L, layout.n_heads, T, T), torch.nan)  # NaN: a layer without a softmax map
+    attn[softmax] = torch.stack([layer[0].float().cpu() for layer in out.attentions if layer is not None])
     return TextCapture(ids=ids, attn=attn, h=torch.stack(h), z=torch.stack(z), value_norms=value_norms)

@@ -23,6 +23,7 @@ from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
+from sinkscope.models.families import softmax_layers
 from sinkscope.models.load import LoadedModel, check_bos_id
 from sinkscope.pipelines.attention_maps import head_classes, head_scores, token_texts
 from sinkscope.report.page import render_page
@@ -241,6 +242,18 @@ def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta
     return list(documents(str(path)))
 
 
+def check_softmax_layers(lm: LoadedModel) -> None:
+    """A clear error for a model with layers that have no softmax attention map (Qwen3-Next's linear-attention
+    layers): the page draws one map per head of every layer."""
+    softmax = softmax_layers(lm.family, lm.layers)
+    linear = sorted(set(range(len(lm.layers))) - set(softmax))
+    if linear:
+        raise SinkscopeError(
+            f"view draws every layer's softmax attention map, and layers {linear} of this {lm.family.name} model are "
+            "linear-attention layers without one: use sinkscope.attention(...) (NaN maps there) or `sinkscope analyze`"
+        )
+
+
 def view(
     model: str | LoadedModel,
     text: str | None = None,
@@ -274,6 +287,7 @@ def view(
 
         model = load_model(model, device=device, dtype=dtype)
     check_bos_id(model, bos_id)
+    check_softmax_layers(model)
     ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
     capture = capture_text(model, ids)
     data = page_data(model, capture, epsilon, delta, bits)

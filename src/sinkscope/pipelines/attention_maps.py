@@ -41,7 +41,8 @@ class AttentionMaps:
     causal attention (rows = queries t, columns = keys j; zero above the diagonal); `scores` {name: (L, H)
     float64}: `sink` α = mean_t A[t,0], `diag` mean_{t≥1} A[t,t], `prev` mean_{t≥1} A[t,t-1], `entropy` mean
     normalised row entropy, `hard_sink` / `hard_diag` the fractions of queries t ≥ 1 with A[t,0] (A[t,t]) ≥ 1-δ;
-    `head_class` (L, H) the class of each head on this text (analyze's classifier at ε).
+    `head_class` (L, H) the class of each head on this text (analyze's classifier at ε). A layer without a softmax
+    map (Qwen3-Next's linear-attention layers) has NaN maps and scores and the class "linear".
     """
 
     ids: np.ndarray
@@ -125,11 +126,13 @@ def token_texts(tokenizer, ids: torch.Tensor) -> list[str]:
 
 def attention_from_capture(tokenizer, capture: TextCapture, epsilon: float, delta: float) -> AttentionMaps:
     """`AttentionMaps` of one `capture_text` pass: its maps, tokens, scores and classes."""
-    scores = head_scores(capture.attn.double(), delta)
+    linear = capture.attn.flatten(1).isnan().all(1)  # layers without a softmax map: NaN maps, scores
+    scores = {k: v.masked_fill(linear[:, None], torch.nan) for k, v in head_scores(capture.attn.double(), delta).items()}
+    classes = np.where(linear[:, None].numpy(), "linear", head_classes(scores, epsilon))
     return AttentionMaps(
         ids=capture.ids.numpy(),
         tokens=token_texts(tokenizer, capture.ids),
         maps=capture.attn.numpy(),
         scores={name: value.numpy() for name, value in scores.items()},
-        head_class=head_classes(scores, epsilon),
+        head_class=classes,
     )
