@@ -42,7 +42,9 @@ def test_the_geometry_verdict_counts_bos_against_the_t_minus_one_other_tokens():
     verdicts = {v.claim: v for v in corpus_verdicts("m", "builtin:prose", run, arrays, switch, T, 0)}
     geometry = verdicts["geometry"]
     assert geometry.evidence["middle_mean_nonpos_frac_z"] == pytest.approx((1 + 116 / 120) / 2, abs=1e-12)
-    assert geometry.evidence["middle_layers_holding"] == 1.0 and geometry.evidence["all_layers_holding_z"] == 1.0
+    assert (
+        geometry.evidence["middle_layers_holding"] == 1.0 and geometry.evidence["all_layers_holding_z"] == 1.0
+    )
     assert geometry.corpus == "builtin:prose"
 
 
@@ -72,7 +74,9 @@ def test_the_closed_form_costs_are_at_margin_one_and_match_the_exact_programs(tm
     solved = frame[frame["T"] == 2]
     assert solved["exact"].notna().all() and len(frame[frame["exact"].notna()]) == 4
     assert np.allclose(solved["exact"], solved["closed_form"], rtol=1e-3)
-    assert math.isclose(solved.query("pattern == 'sink' and norm == 'nuclear'")["closed_form"].item(), 2 / math.sqrt(3))
+    assert math.isclose(
+        solved.query("pattern == 'sink' and norm == 'nuclear'")["closed_form"].item(), 2 / math.sqrt(3)
+    )
 
 
 def _mask(rows: list[list[int]], length: int) -> torch.Tensor:
@@ -87,7 +91,10 @@ def test_the_same_heads_control_draws_distinct_non_sink_queries():
     queries t ≥ 1 (m = 20 free: all 20 chosen, which a draw with replacement almost never gives, p ≈ 2e-8);
     window 1 on 3 (3 of 47 chosen); window 2 on none (none chosen)."""
     length = 51
-    cells = {(1, 0): _mask([list(range(1, 31)), [4, 9, 33], []], length), (0, 1): _mask([[0, 5], [], [7]], length)}
+    cells = {
+        (1, 0): _mask([list(range(1, 31)), [4, 9, 33], []], length),
+        (0, 1): _mask([[0, 5], [], [7]], length),
+    }
     for seed in range(5):
         out = same_head_cells(cells, np.random.default_rng(seed))
         assert sorted(out) == sorted(cells)
@@ -125,7 +132,10 @@ def test_the_cost_layers_verdict_is_the_hand_counted_share_of_layers_where_the_s
     assert verdict.evidence["worst_T_frac"] == pytest.approx(2 / 3)
     assert verdict.evidence["sink_cheaper_frac_T16"] == pytest.approx(1.0)
     assert verdict.evidence["Ts"] == [8, 16] and verdict.evidence["pairs"] == 2 * windows * 3 - windows
-    assert verdict.evidence["diagonal_infeasible"] == 2 * windows and verdict.evidence["sink_infeasible"] == windows
+    assert (
+        verdict.evidence["diagonal_infeasible"] == 2 * windows
+        and verdict.evidence["sink_infeasible"] == windows
+    )
     # the ratio diag/sink over the pairs where both are solved: 2 (8 pairs), 0.5 (4), 2 (4) → median 2
     assert verdict.evidence["median_diag_over_sink"] == 2.0
     assert verdict.verdict == "partly"  # mean ≥ 0.5, but T = 8 below 1 − 0.2
@@ -137,7 +147,9 @@ def test_write_reports_writes_the_summary_it_was_given(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "_figures", lambda evidence, theory: {name: b"png" for name in figures})
     summary = {"config": ReproduceConfig(models=("m",)).to_dict(), "verdicts": [], "seconds": 1.5,
                "section_seconds": {"m": {}}, "reused": {"m": []}, "regimes": {}}  # fmt: skip
-    theory = pd.DataFrame({"T": [2], "pattern": ["sink"], "norm": ["nuclear"], "closed_form": [1.0], "exact": [1.0]})
+    theory = pd.DataFrame(
+        {"T": [2], "pattern": ["sink"], "norm": ["nuclear"], "closed_form": [1.0], "exact": [1.0]}
+    )
     report.write_reports(tmp_path, summary, {}, theory, {})
     assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert json.loads((tmp_path / "verdicts.json").read_text()) == []
