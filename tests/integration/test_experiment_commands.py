@@ -57,3 +57,16 @@ def test_bad_arguments_are_one_line(argv, message, tmp_path, capsys):
     assert main([*argv, "--model", "no-such-model-dir", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_attribute_result_is_marked_and_replaced_by_overwrite(tiny, tmp_path):
+    """`attribute` writes one staged, marked result: a rerun with --overwrite replaces it (an unmarked folder is
+    refused by the ownership rule, docs/reliability.md)."""
+    model, corpus = tiny
+    argv = ["attribute", "--model", str(model), "--corpus", str(corpus), "--seq-len", "16", "--max-windows", "2",
+            "--out", str(tmp_path / "a")]  # fmt: skip
+    assert main(argv) == 0
+    assert (tmp_path / "a" / ".sinkscope-result.json").is_file()
+    assert main([*argv, "--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        ".sinkscope-result.json", "attribution.csv", "attribution.json", "attribution.parquet", "figures"]

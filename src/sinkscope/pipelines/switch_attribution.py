@@ -124,16 +124,18 @@ def route_totals(table: pd.DataFrame) -> dict[str, float]:
 
 def save_attribution(out: str | Path, table: pd.DataFrame, meta: dict) -> dict:
     """Write `attribution.parquet`, `attribution.csv`, `attribution.json` (meta and `route_totals`) and
-    `figures/attribution.png` into `out`; returns the JSON's content."""
+    `figures/attribution.png` into `out`, staged and renamed into place with sinkscope's ownership marker
+    (`staging.staged_directory`); returns the JSON's content."""
     from sinkscope.report.attribution_section import attribution_figure
     from sinkscope.report.plots import figure_png
-    from sinkscope.staging import staged_file_bytes
+    from sinkscope.staging import staged_directory
 
-    out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    staged_file_bytes(out / "attribution.parquet", table.to_parquet(index=False))
-    staged_file_bytes(out / "attribution.csv", table.to_csv(index=False).encode())
     summary = {**meta, **route_totals(table)}
-    staged_file_bytes(out / "attribution.json", json.dumps(summary, indent=2).encode())
-    staged_file_bytes(out / "figures" / "attribution.png", figure_png(attribution_figure(table, f" · {meta.get('model', '')}")))
+    png = figure_png(attribution_figure(table, f" · {meta.get('model', '')}"))
+    with staged_directory(out) as staging:
+        (staging / "figures").mkdir()
+        table.to_parquet(staging / "attribution.parquet", index=False)
+        table.to_csv(staging / "attribution.csv", index=False)
+        (staging / "attribution.json").write_text(json.dumps(summary, indent=2))
+        (staging / "figures" / "attribution.png").write_bytes(png)
     return summary
