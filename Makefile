@@ -54,12 +54,12 @@ bench-quick: $(STAMP)
 		--threads 1,2 --repeats 1 --no-warmup --methods floor,sinkscope,attentions --no-geometry \
 		--depth-seq-len 0 --out runs/bench/quick.json
 
-# One-line bugs in capture/, statistics/ and stats/, applied one at a time to a copy of HEAD, against the tests that
+# One-line bugs in capture/, statistics/ and functional/, applied one at a time to a copy of HEAD, against the tests that
 # cover the statistics; not part of `make test` (docs/testing.md: what it runs, how long, how to read it).
 mutants: $(STAMP)
 	mkdir -p runs && HF_HUB_OFFLINE=1 $(PY) benchmarks/mutants.py --json runs/mutants.json
 
-# mutmut ([tool.mutmut] in pyproject.toml) over capture/, stats/, statistics/, reproduction/, pipelines/query_ablation.py
+# mutmut ([tool.mutmut] in pyproject.toml) over capture/, functional/, statistics/, reproduction/, pipelines/query_ablation.py
 # and pipelines/analysis.py: each mutant against the fast-tier tests that call its function; one worker, nice 10. Every
 # mutant takes hours on 2 cores: PER_UNIT=40 runs 40 seeded mutants of each unit. Not part of `make test`
 # (docs/testing.md, "Mutation tool").

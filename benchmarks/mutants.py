@@ -4,7 +4,7 @@ Every mutant is (file, exact old text, new text, what it breaks). The committed 
 to a temporary directory and mutated there, never in the checkout, and each file is restored in `finally`; the
 tests run against the copy (`PYTHONPATH=<copy>/src`, run from the copy). A mutant whose old text no longer occurs
 exactly once is reported as "does not apply" (the code moved on: rewrite it). The first four are the survivors
-of issue 25's review; the rest exercise capture/, statistics/ and stats/.
+of issue 25's review; the rest exercise capture/, statistics/ and functional/.
 
     .venv/bin/python benchmarks/mutants.py                 # every mutant, the statistics subset (TESTS)
     .venv/bin/python benchmarks/mutants.py --only 1,5,9    # some of them
@@ -103,7 +103,7 @@ MUTANTS = (
            "flex path: entropy weights shifted by one row"),
     Mutant(f"{CAPTURE}/feed.py", "check, window = (~finite).nonzero()[0].tolist()",
            "check, window = (~finite).nonzero()[-1].tolist()", "feed: non-finite error names the last layer and window"),
-    # stats/
+    # functional/
     Mutant(f"{STATS}/patterns.py", '"sink": col0.sum((-3, -1)),', '"sink": (col0 * valid).sum((-3, -1)),',
            "sink score without the BOS row t = 0"),
     Mutant(f"{STATS}/patterns.py", "1 / torch.log((rows + 1).clamp_min(2))", "1 / torch.log(rows.clamp_min(2))",

@@ -4,7 +4,7 @@ unit, and print the kill rate per unit with the surviving mutants.
 mutmut writes every mutant of the configured files into `mutants/` (a copy of src/ with all mutants compiled in,
 switched on one at a time), records once which fast-tier tests call each mutated function, and runs, per mutant,
 only those tests (`-x`: a killed mutant stops at its first failing test). Units are the folders and files the
-issue names (capture/, stats/, statistics/, reproduction/, pipelines/query_ablation.py, pipelines/analysis.py).
+issue names (capture/, functional/, statistics/, reproduction/, pipelines/query_ablation.py, pipelines/analysis.py).
 
     .venv/bin/python benchmarks/mutmut_sample.py                      # every mutant (hours on 2 cores)
     .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40        # 40 seeded random mutants of each unit
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = {
     "capture": "sinkscope.capture.",
-    "stats": "sinkscope.stats.",
+    "functional": "sinkscope.functional.",
     "statistics": "sinkscope.statistics.",
     "reproduction": "sinkscope.reproduction.",
     "query_ablation": "sinkscope.pipelines.query_ablation.",

@@ -49,7 +49,7 @@ def instrument() -> None:
     for module, name in [(feed, "pattern_block_sums"), (feed, "pattern_row_sums"), (switch_counts, "switch_block_sums"),
                          (bos_geometry, "bos_geometry_sums_from"), (switch_counts, "value_drain")]:  # fmt: skip
         setattr(module, name, timed(name, getattr(module, name)))
-    for name in ("on_block", "on_layer", "_fold_columns", "on_values", "on_layer_input", "end_batch"):
+    for name in ("on_block", "on_readout", "_fold_columns", "on_values", "on_layer_input", "end_batch"):
         setattr(feed.Feed, name, timed(name, getattr(feed.Feed, name)))
 
 
@@ -59,17 +59,17 @@ def split(total: float) -> list[tuple[str, float, int]]:
     # Map-free layers (rows, fused, flex paths) hand their rows on at end_batch, where switch_block_sums and the BOS
     # geometry sums of every layer then run; block-path layers run switch_block_sums inside on_block. A model whose
     # layers take both (Gemma-3 beyond its sliding window) has it counted inside end_batch only.
-    switch_in_flush = s["switch_block_sums"] if n["on_layer"] else 0.0
+    switch_in_flush = s["switch_block_sums"] if n["on_readout"] else 0.0
     on_block_rest = s["on_block"] - s["pattern_block_sums"] - (s["switch_block_sums"] - switch_in_flush)
     parts = [
         ("rows path: logits, softmax, P·V and their reductions", s["row_attention"], n["row_attention"]),
         ("fused path: flash kernel calls (output + lse; columns + entropy)", s["flash"], n["flash"]),
         ("fused path: A[t,0], A[t,t], A[t,t-1], entropy sum, norms", s["fused_attention"] - s["flash"],
          n["fused_attention"]),
-        ("on_layer (keeps the layer's rows until end_batch)", s["on_layer"], n["on_layer"]),
+        ("on_readout (keeps the layer's rows until end_batch)", s["on_readout"], n["on_readout"]),
         ("end_batch (map-free layers' statistics, stacked; BOS geometry; state folds)", s["end_batch"],
          n["end_batch"]),
-        ("  of which switch_block_sums", switch_in_flush, n["switch_block_sums"] if n["on_layer"] else 0),
+        ("  of which switch_block_sums", switch_in_flush, n["switch_block_sums"] if n["on_readout"] else 0),
         ("  of which bos_geometry_sums_from", s["bos_geometry_sums_from"], n["bos_geometry_sums_from"]),
         (
             "blocked path: attention core (logits, softmax, entropy, P·V)",

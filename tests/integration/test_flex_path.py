@@ -1,4 +1,4 @@
-"""The flex path (what CUDA runs, compiled) on the CPU, where flex_attention runs eagerly: its `LayerRows` against
+"""The flex path (what CUDA runs, compiled) on the CPU, where flex_attention runs eagerly: its `AttentionReadout` against
 float64 softmax maps (GQA, sharp rows, keys with a large common part, a value head wider than the key head,
 bfloat16 inputs), the fallback to the rows path when its kernels cannot run, the device block budget, and no
 host read inside a forward pass on the accelerator paths. Whole analyses through the flex path against eager
@@ -23,7 +23,7 @@ from .test_fused_attention import softmax_maps
 
 def expected_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                   window: int | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
-    """Every `LayerRows` field from float64 maps of the same q, k, v (within a sliding window where given)."""
+    """Every `AttentionReadout` field from float64 maps of the same q, k, v (within a sliding window where given)."""
     A = softmax_maps(q, k, scale, window)
     n = q.shape[2]
     t = torch.arange(n)
@@ -152,7 +152,7 @@ def test_no_host_read_inside_a_forward_pass_on_the_device_paths(path, monkeypatc
                          [(2, 4, 2, 41, 16, 24, 5), (1, 3, 1, 37, 8, 8, 1), (3, 2, 2, 23, 16, 16, 2),
                           (2, 4, 1, 19, 16, 8, 18), (1, 2, 2, 13, 8, 8, 40)])  # fmt: skip
 def test_flex_rows_with_a_sliding_window_equal_float64_maps(B, H, kv, n, D, Dv, window):
-    """Gemma-2/3's local layers on the flex path: every `LayerRows` field and the output against float64 maps
+    """Gemma-2/3's local layers on the flex path: every `AttentionReadout` field and the output against float64 maps
     masked to the window, on uneven shapes (window 1: only the diagonal; a window as long as T: plain causal)."""
     g = torch.Generator().manual_seed(n)
     q = torch.randn(B, H, n, D, generator=g) * 4

@@ -18,13 +18,13 @@ BLOCK_ELEMENTS = 4 * 4 * 12 * 5
 @pytest.mark.parametrize(("name", "path"), [("llama", "rows"), ("llama", "blocks"), ("gemma3", "blocks")])
 def test_window_evidence_over_uneven_blocks_equals_eager_loops(name, path, monkeypatch):
     blocks: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    on_rows = WindowEvidence.on_rows
+    on_query_block = WindowEvidence.on_query_block
 
     def spy(self, layer, rows):
         blocks[layer].append((rows.start, rows.out_norms.shape[-1]))
-        on_rows(self, layer, rows)
+        on_query_block(self, layer, rows)
 
-    monkeypatch.setattr(WindowEvidence, "on_rows", spy)
+    monkeypatch.setattr(WindowEvidence, "on_query_block", spy)
     monkeypatch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     if path == "blocks":
         monkeypatch.setattr(attention, "attention_path", lambda *a, **k: "blocks")

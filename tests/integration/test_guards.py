@@ -11,10 +11,10 @@ import sinkscope.capture.attention as attention
 from sinkscope.capture.feed import Feed
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.patterns import pattern_block_sums
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 from sinkscope.statistics.pattern_scores import PatternScores
-from sinkscope.statistics.statistic import Columns, Rows
-from sinkscope.stats.patterns import pattern_block_sums
+from sinkscope.statistics.statistic import Columns, QueryBlock
 
 from .test_reference_columns import V, one_thread, tiny, token_windows  # noqa: F401  (one_thread: autouse)
 
@@ -27,7 +27,7 @@ def pattern_scores_of(probs: torch.Tensor) -> PatternScores:
     statistic = PatternScores(1, H, T, epsilon=0.3)
     sums, hard_sink, hard_diag = pattern_block_sums(probs, 0, 0.1)
     columns, diagonal = sums.pop("columns"), sums.pop("diagonal")
-    statistic.on_rows(0, Rows(0, sums, hard_sink, hard_diag, torch.ones(1, H, T)))
+    statistic.on_query_block(0, QueryBlock(0, sums, hard_sink, hard_diag, torch.ones(1, H, T)))
     statistic.on_columns(0, Columns(columns, diagonal))
     return statistic
 

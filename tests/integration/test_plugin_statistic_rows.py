@@ -1,5 +1,5 @@
 """A user-written statistic (docs/architecture.md "How to add a statistic") that reads one layer at a time
-(`stacked = False`) gets, in `on_rows`, the per-head sums of `Rows.sums` (statistics/statistic.py) for every
+(`stacked = False`) gets, in `on_query_block`, the per-head sums of `QueryBlock.sums` (statistics/statistic.py) for every
 layer, equal to the same sums taken over the model's own float64 eager attention maps (`output_attentions`).
 These sums reach such a statistic through the feed's batch-end flush (`capture.feed.Feed._flush_layers`),
 which no built-in statistic reads one layer at a time."""
@@ -10,7 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from sinkscope.capture.feed import Feed
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
-from sinkscope.statistics.statistic import Rows, Statistic, Tables
+from sinkscope.statistics.statistic import QueryBlock, Statistic, Tables
 
 T, B, DELTA = 10, 3, 0.5
 SIZES = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -19,7 +19,7 @@ NAMES = ("sink", "diag", "prev", "hard_sink", "row_total")
 
 
 class RecordRows(Statistic):
-    """Adds up, per layer, the `Rows.sums` it is handed."""
+    """Adds up, per layer, the `QueryBlock.sums` it is handed."""
 
     name = "record_rows"
 
@@ -27,7 +27,7 @@ class RecordRows(Statistic):
         super().__init__()
         self.seen = [{name: 0.0 for name in NAMES} for _ in range(n_layers)]
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         for name in NAMES:
             self.seen[layer][name] = self.seen[layer][name] + rows.sums[name].double()
 
@@ -45,7 +45,7 @@ def model(attention: str) -> LlamaForCausalLM:
 
 
 def eager_sums(ids: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-    """Per layer, the `Rows.sums` of docs/statistics.md over float64 eager maps A (B, H, T, T)."""
+    """Per layer, the `QueryBlock.sums` of docs/statistics.md over float64 eager maps A (B, H, T, T)."""
     with torch.no_grad():
         maps = model("eager").double()(input_ids=ids, output_attentions=True).attentions
     t = torch.arange(T)

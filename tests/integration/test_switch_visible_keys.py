@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from sinkscope.corpus.windows import TokenWindows
+from sinkscope.functional.switch import switch_block_sums
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
-from sinkscope.stats.switch import switch_block_sums
 
 from .test_capture_families import build, token_windows
 

@@ -1,4 +1,4 @@
-"""The lab's measures (its own and `sinkscope.stats`' with the non-trigger query mask) on hand-made tensors,
+"""The lab's measures (its own and `sinkscope.functional`' with the non-trigger query mask) on hand-made tensors,
 against brute-force loops and scipy."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from sinkscope.stats.patterns import diag_score, entropy_score, prev_score, sink_score
-from sinkscope.stats.switch import value_drain
+from sinkscope.functional.patterns import diag_score, entropy_score, prev_score, sink_score
+from sinkscope.functional.switch import value_drain
 from sinkscope.synthetic.bigram_backcopy import GBBConfig, GBBTask
 from sinkscope.synthetic.measures import (
     copy_accuracy,

@@ -109,8 +109,8 @@ def test_version_is_the_installed_distributions(capsys):
 
 def test_head_class_flags_reach_analyze_config():
     from sinkscope.errors import SinkscopeError
+    from sinkscope.functional.head_classes import HeadThresholds, classify_head
     from sinkscope.pipelines.analysis import AnalyzeConfig
-    from sinkscope.stats.head_classes import HeadThresholds, classify_head
 
     args = build_parser().parse_args(["analyze", "--out", "o", "--diag-threshold", "0.2", "--prev-threshold", "0.4",
                                       "--dense-threshold", "0.9", "--learned-sink-threshold", "0.6"])  # fmt: skip

@@ -1,4 +1,4 @@
-"""Gaps of issue 34 in the pure statistics (`sinkscope.stats`): every threshold on both sides at a δ where δ ≠ 1 − δ
+"""Gaps of issue 34 in the pure statistics (`sinkscope.functional`): every threshold on both sides at a δ where δ ≠ 1 − δ
 and at several ε and τ, per-block sums over several uneven query blocks, and finalisers with every count non-zero.
 Each expected number is a loop over queries written here, never sinkscope's own vectorised form."""
 
@@ -7,10 +7,14 @@ import math
 import pytest
 import torch
 
-from sinkscope.stats.geometry import bos_geometry_sums
-from sinkscope.stats.head_classes import HeadThresholds, classify_head
-from sinkscope.stats.learned_sink import hard_learned_sink_frac, learned_sink_block_sums, learned_sink_score
-from sinkscope.stats.patterns import (
+from sinkscope.functional.geometry import bos_geometry_sums
+from sinkscope.functional.head_classes import HeadThresholds, classify_head
+from sinkscope.functional.learned_sink import (
+    hard_learned_sink_frac,
+    learned_sink_block_sums,
+    learned_sink_score,
+)
+from sinkscope.functional.patterns import (
     entropy_weights,
     exceed_counts,
     finalize_pattern_scores,
@@ -20,7 +24,7 @@ from sinkscope.stats.patterns import (
     pattern_row_sums,
     sink_rate,
 )
-from sinkscope.stats.switch import finalize_switch, switch_block_sums, switched_off, visible_value_mean
+from sinkscope.functional.switch import finalize_switch, switch_block_sums, switched_off, visible_value_mean
 
 BLOCKS = ((0, 1), (1, 5), (5, 11))  # uneven query blocks of a window of T = 11
 T = 11

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sinkscope.stats.head_classes import HeadThresholds, classify_head
-from sinkscope.stats.patterns import (
+from sinkscope.functional.head_classes import HeadThresholds, classify_head
+from sinkscope.functional.patterns import (
     HEAD_CLASS_THRESHOLDS,
     diag_score,
     entropy_score,

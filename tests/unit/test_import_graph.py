@@ -1,5 +1,5 @@
 """The package's layers, read from the source with `ast` (nothing is imported): no two modules import each other,
-`stats`/`theory` import no pipeline and never `transformers`, `report` imports no pipeline (docs/architecture.md).
+`functional`/`theory` import no pipeline and never `transformers`, `report` imports no pipeline (docs/architecture.md).
 
 Every import statement counts: module level, inside functions and under `if TYPE_CHECKING:` (a type-only import
 still ties the two modules together, and it is what the cycles named in issue 10 were made of).
@@ -129,7 +129,7 @@ def test_no_import_cycles():
     assert cycles == [], f"modules that import each other (directly or through others): {cycles}"
 
 
-@pytest.mark.parametrize("layer", ["sinkscope.stats", "sinkscope.theory"])
+@pytest.mark.parametrize("layer", ["sinkscope.functional", "sinkscope.theory"])
 def test_stats_and_theory_import_no_pipeline_and_no_transformers(layer):
     internal, external = import_graph()
     for module in (m for m in internal if _within(m, layer)):

@@ -7,8 +7,12 @@ import pytest
 import torch
 
 from sinkscope.capture.learned_sink import learned_sink_attention
-from sinkscope.stats.head_classes import HeadThresholds, classify_head
-from sinkscope.stats.learned_sink import hard_learned_sink_frac, learned_sink_block_sums, learned_sink_score
+from sinkscope.functional.head_classes import HeadThresholds, classify_head
+from sinkscope.functional.learned_sink import (
+    hard_learned_sink_frac,
+    learned_sink_block_sums,
+    learned_sink_score,
+)
 
 
 def dense_reference(q, k, v, allowed, scaling, sinks):

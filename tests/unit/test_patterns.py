@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sinkscope.stats.patterns import (
+from sinkscope.functional.patterns import (
     diag_score,
     entropy_score,
     exceed_counts,

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.stats.patterns import diag_score, entropy_score, prev_score, sink_score
-from sinkscope.stats.query_mask import masked_query_mean
-from sinkscope.stats.switch import switch_block_sums, switched_off
+from sinkscope.functional.patterns import diag_score, entropy_score, prev_score, sink_score
+from sinkscope.functional.query_mask import masked_query_mean
+from sinkscope.functional.switch import switch_block_sums, switched_off
 
 B, H, T = 4, 3, 9
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from sinkscope.stats.geometry import bos_cosine, bos_geometry_sums, bos_norm_ratio
-from sinkscope.stats.switch import finalize_switch, switch_block_sums, value_drain
+from sinkscope.functional.geometry import bos_cosine, bos_geometry_sums, bos_norm_ratio
+from sinkscope.functional.switch import finalize_switch, switch_block_sums, value_drain
 
 
 def test_value_drain_definition():

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from sinkscope.stats.switch_routes import NOT_OFF, ROUTES, Route, RouteInputs, classify, route_counts
+from sinkscope.functional.switch_routes import NOT_OFF, ROUTES, Route, RouteInputs, classify, route_counts
 
 NAMES = [route.name for route in ROUTES]
 TAU, DELTA = 0.1, 0.1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from sinkscope.stats.switch_routes import ALL_ROUTES, NOT_OFF, ROUTES, RouteInputs, classify
+from sinkscope.functional.switch_routes import ALL_ROUTES, NOT_OFF, ROUTES, RouteInputs, classify
 
 TAU, DELTA = 0.1, 0.1
 NAMES = [route.name for route in ALL_ROUTES] + ["unexplained"]

@@ -4,7 +4,7 @@ float64, where continuous model outputs almost never land."""
 
 import torch
 
-from sinkscope.stats.patterns import exceed_counts, pattern_row_sums
+from sinkscope.functional.patterns import exceed_counts, pattern_row_sums
 
 
 def test_hard_patterns_count_a_mass_equal_to_one_minus_delta():

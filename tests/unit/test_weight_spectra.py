@@ -1,10 +1,15 @@
-"""Weight spectra (stats/weights.py) against brute-force numpy SVDs of the full d×d products."""
+"""Weight spectra (functional/weights.py) against brute-force numpy SVDs of the full d×d products."""
 
 import numpy as np
 import pytest
 import torch
 
-from sinkscope.stats.weights import effective_rank, factored_svd, nuclear_frobenius_ratio, probe_alignment
+from sinkscope.functional.weights import (
+    effective_rank,
+    factored_svd,
+    nuclear_frobenius_ratio,
+    probe_alignment,
+)
 
 
 def test_factored_svd_matches_numpy_on_the_product():

@@ -10,7 +10,7 @@ picks one:
 - `row_attention`, for plain causal attention (no mask tensor, no softcap) up to `ROWS_UP_TO_SEQ_LEN` tokens
   (at every length where the fused path cannot run):
   query blocks of whole rows (one BLAS product for the logits, one fused softmax, one product with v), each
-  reduced to `LayerRows` inside the block (three entries per row, column sums, entropy) and then dropped.
+  reduced to `AttentionReadout` inside the block (three entries per row, column sums, entropy) and then dropped.
 - `fused_attention`, for longer plain causal windows on the CPU with equal q/v head sizes: two calls of
   PyTorch's fused flash kernel, which never forms even a block of the map. The first gives the output and the
   row log-normaliser `lse_t = log Σ_j exp(s q_t·k_j)`, so any entry `A[t,j] = exp(s q_t·k_j − lse_t)` costs
@@ -32,9 +32,9 @@ import torch
 from torch import Tensor
 
 from sinkscope.capture import flex
-from sinkscope.capture.layer_rows import LayerRows, PackedRows
 from sinkscope.capture.learned_sink import learned_sink_attention
-from sinkscope.stats.patterns import entropy_weights
+from sinkscope.capture.readout import AttentionReadout, PackedReadout
+from sinkscope.functional.patterns import entropy_weights
 
 NAME = "sinkscope"
 # Elements of one (B, H, Q, K) block of logits on the CPU (4 MB in float32): small enough to stay near the cache,
@@ -55,7 +55,7 @@ BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
 
 
 
-LayerObserver = Callable[[int, LayerRows | PackedRows], None]
+LayerObserver = Callable[[int, AttentionReadout | PackedReadout], None]
 """`observer(layer, rows)` once per layer and forward pass, when the layer took the rows or fused path."""
 
 
@@ -64,7 +64,7 @@ class _Watch:
     layer: int
     on_block: BlockObserver
     on_values: Callable[[int, Tensor], None]
-    on_layer: LayerObserver | None
+    on_readout: LayerObserver | None
     on_learned_sink: Callable[[int, int, Tensor], None] | None = None
 
 
@@ -183,8 +183,8 @@ def padding_free_forwards(base: torch.nn.Module):
         _padding_free = False
 
 
-def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
-    """Plain causal attention and its `LayerRows` from query blocks of whole rows; the output is (B, T, H, Dv).
+def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, AttentionReadout]:
+    """Plain causal attention and its `AttentionReadout` from query blocks of whole rows; the output is (B, T, H, Dv).
 
     `query` (B, H, T, D), `key`/`value` (B, KV, T, ·) (GQA: query head h reads kv head `h // (H // KV)`). Per
     block of queries, over the keys up to its last query: logits `S[t,j] = s q_t·k_j`, `P = softmax(S)` (the
@@ -235,7 +235,7 @@ def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> 
         entropy += (row_entropy * weights[start:stop]).sum(-1)
         norms[..., start:stop] = block.norm(dim=-1)
         out[:, start:stop] = block.transpose(1, 2).to(out.dtype)
-    return out, LayerRows(sink=sink, diag=diag, prev=prev, columns=columns, entropy=entropy, out_norms=norms)
+    return out, AttentionReadout(sink=sink, diag=diag, prev=prev, columns=columns, entropy=entropy, out_norms=norms)
 
 
 def _flash(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, Tensor]:
@@ -246,8 +246,8 @@ def _flash(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[T
     return out, lse
 
 
-def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, LayerRows]:
-    """Plain causal attention and its `LayerRows`, in two fused kernel calls; the output is (B, T, H, Dv).
+def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> tuple[Tensor, AttentionReadout]:
+    """Plain causal attention and its `AttentionReadout`, in two fused kernel calls; the output is (B, T, H, Dv).
 
     `query` (B, H, T, D), `key`/`value` (B, KV, T, D) (GQA: query head h reads kv head `h // (H // KV)`).
     With logits `S[t,j] = s q_t·k_j` and the first call's `lse_t`:
@@ -284,7 +284,7 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -
     columns = reverse(log_columns).double().exp()  # (B, H, T): c_k
     mass_logits = scaling * (k * reverse(mixed)[..., :D]).sum(-1)  # Σ_t A[t,k] w_t S[t,k] / c_k
     entropy = (lse.double() * weights).sum(-1) - (columns * mass_logits.double()).sum(-1)
-    rows = LayerRows(
+    rows = AttentionReadout(
         sink=entries(k[:, :, :1], slice(None)),
         diag=entries(k, slice(None)),
         prev=prev,
@@ -297,8 +297,8 @@ def fused_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -
 
 def _layer_rows(
     path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
-) -> tuple[Tensor, LayerRows | PackedRows] | None:
-    """Output and `LayerRows` (packed on the flex path) by `path` ("flex", "rows" or "fused"; `window` for a
+) -> tuple[Tensor, AttentionReadout | PackedReadout] | None:
+    """Output and `AttentionReadout` (packed on the flex path) by `path` ("flex", "rows" or "fused"; `window` for a
     sliding-window layer on the flex path); where the compiled flex kernels cannot run here (no Triton, an
     unsupported head size), one warning and the rows path for the rest of the process, or None for a layer whose
     window is shorter than T (the block path then takes it)."""
@@ -329,7 +329,7 @@ def sinkscope_attention(
     **kwargs,
 ) -> tuple[Tensor, None]:
     """transformers attention-interface function: for watched modules the path `attention_path` picks where the
-    watcher takes `LayerRows`, else blocked attention; sdpa for the others. Modules with a learned sink (`s_aux`,
+    watcher takes `AttentionReadout`, else blocked attention; sdpa for the others. Modules with a learned sink (`s_aux`,
     gpt-oss) take `learned_sink_attention`, watched or not (sdpa has no sink column)."""
     watch = _watched.get(id(module))
     if watch is None and kwargs.get("s_aux") is None:
@@ -353,11 +353,11 @@ def sinkscope_attention(
                                       on_sink_block), None
     watch.on_values(watch.layer, value)
     window = kwargs.get("sliding_window")
-    path = attention_path(query, value, attention_mask, softcap, window) if watch.on_layer is not None else "blocks"
+    path = attention_path(query, value, attention_mask, softcap, window) if watch.on_readout is not None else "blocks"
     computed = _layer_rows(path, query, key, value, scaling, window) if path != "blocks" else None
     if computed is not None:
         out, rows = computed
-        watch.on_layer(watch.layer, rows)
+        watch.on_readout(watch.layer, rows)
         return out, None
     layer, observer = watch.layer, watch.on_block
     out = blocked_attention(
@@ -389,11 +389,11 @@ def watch_attention(
     modules: dict[int, torch.nn.Module],
     observer: BlockObserver,
     on_values: Callable[[int, Tensor], None],
-    on_layer: LayerObserver | None = None,
+    on_readout: LayerObserver | None = None,
     on_learned_sink: Callable[[int, int, Tensor], None] | None = None,
 ):
     """Route the attention of `modules` ({layer: attention module}) through this module inside the block: with
-    `on_layer`, layers that `attention_path` sends to the rows or fused path report their `LayerRows` to it; every
+    `on_readout`, layers that `attention_path` sends to the rows or fused path report their `AttentionReadout` to it; every
     other layer takes `blocked_attention` and reports each block to `observer`. A module with a learned sink
     (`s_aux`) takes `capture.learned_sink.learned_sink_attention`: each block's sink mass (B, H, Q) goes to
     `on_learned_sink(layer, q_start, mass)` just before the block goes to `observer`.
@@ -404,7 +404,7 @@ def watch_attention(
     config = model.config
     previous = config._attn_implementation
     for layer, module in modules.items():
-        _watched[id(module)] = _Watch(layer, observer, on_values, on_layer, on_learned_sink)
+        _watched[id(module)] = _Watch(layer, observer, on_values, on_readout, on_learned_sink)
     try:
         model.set_attn_implementation(NAME)
         yield

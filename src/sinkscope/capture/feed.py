@@ -1,14 +1,14 @@
 """The feed: hands everything one forward pass shows to the registered statistics, and keeps their state together.
 
 Inside `feed.hooks(lm)`, each forward pass of `lm.base` reports the layer inputs (`capture.layer_inputs`), the
-attention (`capture.attention`: blocks of probabilities, or the `LayerRows` of the rows or fused path) and,
+attention (`capture.attention`: blocks of probabilities, or the `AttentionReadout` of the rows or fused path) and,
 where a statistic asks for them, the attention outputs (`capture.outputs`). The feed turns the attention into the events of
-`statistics.statistic` once for all statistics — per-head row sums and hard-pattern masks (`Rows`), and after a
+`statistics.statistic` once for all statistics — per-head row sums and hard-pattern masks (`QueryBlock`), and after a
 layer's last block its per-window column sums (`Columns`, kept for the current batch and layer only) — and
 checks each block for non-finite values: on the device, read once per batch (a host read per layer would stall an
 accelerator 30 times a forward pass). `state_dict`, `load_state_dict` and `all_reduce` cover every statistic.
 
-The `LayerRows` of the map-free paths (and their layers' value norms) are kept until `end_batch`, then stacked
+The `AttentionReadout` of the map-free paths (and their layers' value norms) are kept until `end_batch`, then stacked
 over the layers and handed on at once: statistics that declare `stacked` take every such layer in one call of
 each event (a few tensor operations per batch instead of per layer: on an accelerator each operation is a kernel
 launch of several microseconds of host time), the others one call per layer, as before.
@@ -24,22 +24,22 @@ from torch import Tensor
 
 from sinkscope.capture.attention import padding_free_forwards, watch_attention
 from sinkscope.capture.layer_inputs import layer_input_hooks
-from sinkscope.capture.layer_rows import LAYER_ROWS_FIELDS, LayerRows, PackedRows
 from sinkscope.capture.outputs import attention_output_hooks
+from sinkscope.capture.readout import READOUT_FIELDS, AttentionReadout, PackedReadout
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.patterns import pattern_block_sums, pattern_row_sums
 from sinkscope.models.families import attention_module, softmax_layers
 from sinkscope.models.load import LoadedModel
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Columns, Rows, Statistic
-from sinkscope.stats.patterns import pattern_block_sums, pattern_row_sums
+from sinkscope.statistics.statistic import Columns, QueryBlock, Statistic
 
-ATTENTION_EVENTS = ("on_values", "on_rows", "on_columns")
+ATTENTION_EVENTS = ("on_values", "on_query_block", "on_columns")
 
 
 class Feed:
     """Streams forward passes of a model into `statistics` (distinct `name`s) over windows of `seq_len` tokens.
 
-    `group`: query heads per key/value head (GQA); `delta`: the hard-pattern threshold of the `Rows` masks;
+    `group`: query heads per key/value head (GQA); `delta`: the hard-pattern threshold of the `QueryBlock` masks;
     `shard` = (rank, world): window i of this process is window rank + world·i of the corpus; `dtype_name` only
     words the non-finite error. Attention is captured only when some statistic overrides an attention event.
     Call `begin_batch(ids)` before and `end_batch(len(ids))` after each forward pass.
@@ -65,7 +65,7 @@ class Feed:
         self._diagonal: dict[int, Tensor] = {}
         self._learned_sink: dict[int, Tensor] = {}
         self._value_norms: dict[int, Tensor] = {}  # a layer's ||v_j|| (B, KV, T) until its attention reports
-        self._deferred: list[tuple[int, LayerRows | PackedRows, Tensor]] = []  # map-free layers, in forward order
+        self._deferred: list[tuple[int, AttentionReadout | PackedReadout, Tensor]] = []  # map-free layers, in forward order
         self._watched_layers: set[int] = set()  # layers whose attention function must report every forward pass
         self._attended: set[int] = set()  # layers whose attention function reported in this forward pass
         self._finite: list[tuple[list[int], Tensor]] = []  # (layers, their per-window finiteness), on the device
@@ -91,7 +91,7 @@ class Feed:
                            if index in softmax_layers(lm.family, lm.layers)}  # none in linear-attention layers
                 self._watched_layers = set(modules)
                 stack.enter_context(padding_free_forwards(lm.base))
-                stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_layer,
+                stack.enter_context(watch_attention(lm.model, modules, self.on_block, self.on_values, self.on_readout,
                                                     self.on_learned_sink))
             if any(s.needs_outputs for s in self.statistics):
                 stack.enter_context(
@@ -137,7 +137,7 @@ class Feed:
 
     def on_values(self, layer: int, value: Tensor) -> None:
         """Value vectors (B, KV, T, Dv) of a layer, before its attention: their norms, kept until the layer's
-        attention reports (its first block, or its `LayerRows` at the end of the batch)."""
+        attention reports (its first block, or its `AttentionReadout` at the end of the batch)."""
         self._attended.add(layer)
         self._value_norms[layer] = value.float().norm(dim=-1)
 
@@ -166,15 +166,15 @@ class Feed:
         learned = self._learned_sink.pop(layer, None)
         if learned is not None:  # the rows of A then sum to 1 − m_t
             sums["learned_sink"] = learned.double().sum((0, 2))
-        self._rows(layer, Rows(start, sums, hard_sink, hard_diag, out.norm(dim=-1), learned))
+        self._rows(layer, QueryBlock(start, sums, hard_sink, hard_diag, out.norm(dim=-1), learned))
 
-    def on_layer(self, layer: int, rows: LayerRows | PackedRows) -> None:
-        """One layer's whole attention over the batch from a map-free path (`LayerRows`, or packed as the flex path
+    def on_readout(self, layer: int, rows: AttentionReadout | PackedReadout) -> None:
+        """One layer's whole attention over the batch from a map-free path (`AttentionReadout`, or packed as the flex path
         leaves them): kept until `end_batch`."""
         self._deferred.append((layer, rows, self._value_norms.pop(layer)))
 
     def _flush_layers(self) -> None:
-        """The batch's map-free layers, stacked (L', B, H, ·): `on_values`, `on_rows` and `on_columns` once for
+        """The batch's map-free layers, stacked (L', B, H, ·): `on_values`, `on_query_block` and `on_columns` once for
         statistics that take several layers (`stacked`, with the tuple of layers), once per layer for the rest."""
         if not self._deferred:
             return
@@ -188,36 +188,36 @@ class Feed:
         # checked through the column sums (on the fused and flex paths a second kernel call computes them from the
         # first's normalisers).
         sums |= {"entropy": entropy.sum(-2), "row_total": columns.sum((-3, -1))}
-        rows, complete = Rows(0, sums, hard_sink, hard_diag, out_norms), Columns(columns, diag.double())
+        rows, complete = QueryBlock(0, sums, hard_sink, hard_diag, out_norms), Columns(columns, diag.double())
         wanting = self._wanting(*ATTENTION_EVENTS)
         for statistic in (s for s in wanting if s.stacked):
             statistic.on_values(layers, norms)
-            statistic.on_rows(layers, rows)
+            statistic.on_query_block(layers, rows)
             statistic.on_columns(layers, complete)
         one_by_one = [s for s in wanting if not s.stacked]
         for i, layer in enumerate(layers if one_by_one else ()):
-            layer_rows = Rows(0, {k: v[i] for k, v in sums.items()}, hard_sink[i], hard_diag[i], out_norms[i])
+            layer_rows = QueryBlock(0, {k: v[i] for k, v in sums.items()}, hard_sink[i], hard_diag[i], out_norms[i])
             layer_columns = Columns(columns[i], complete.diagonal[i])
             for statistic in one_by_one:
                 statistic.on_values(layer, norms[i])
-                statistic.on_rows(layer, layer_rows)
+                statistic.on_query_block(layer, layer_rows)
                 statistic.on_columns(layer, layer_columns)
 
     @staticmethod
-    def _stacked_rows(items: list[LayerRows | PackedRows]) -> list[Tensor]:
-        """The `LayerRows` fields of several layers, each (L', B, H, ·): packed rows of one kind are stacked and
+    def _stacked_rows(items: list[AttentionReadout | PackedReadout]) -> list[Tensor]:
+        """The `AttentionReadout` fields of several layers, each (L', B, H, ·): packed rows of one kind are stacked and
         unpacked at once, anything else unpacked layer by layer and stacked field by field."""
         first = items[0]
-        device = first.parts.device if isinstance(first, PackedRows) else first.sink.device  # --device-map auto
-        if isinstance(first, PackedRows) and all(isinstance(i, PackedRows) and i.unpack is first.unpack for i in items):
+        device = first.parts.device if isinstance(first, PackedReadout) else first.sink.device  # --device-map auto
+        if isinstance(first, PackedReadout) and all(isinstance(i, PackedReadout) and i.unpack is first.unpack for i in items):
             rows = first.unpack(torch.stack([item.parts.to(device) for item in items]))
-            return [getattr(rows, name) for name in LAYER_ROWS_FIELDS]
-        unpacked = [item.unpack(item.parts) if isinstance(item, PackedRows) else item for item in items]
-        return [torch.stack([getattr(rows, name).to(device) for rows in unpacked]) for name in LAYER_ROWS_FIELDS]
+            return [getattr(rows, name) for name in READOUT_FIELDS]
+        unpacked = [item.unpack(item.parts) if isinstance(item, PackedReadout) else item for item in items]
+        return [torch.stack([getattr(rows, name).to(device) for rows in unpacked]) for name in READOUT_FIELDS]
 
-    def _rows(self, layer: int, rows: Rows) -> None:
+    def _rows(self, layer: int, rows: QueryBlock) -> None:
         for statistic in self.statistics:
-            statistic.on_rows(layer, rows)
+            statistic.on_query_block(layer, rows)
 
     def _fold_columns(self, layer: int, start: int, columns: Tensor, diagonal: Tensor) -> None:
         """Add a block's column sums (B, H, K) and diagonal (B, H, Q) to the layer's per-window buffers; after the

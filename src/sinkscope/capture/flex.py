@@ -1,4 +1,4 @@
-"""The flex path: plain causal attention and its `LayerRows` from two `flex_attention` calls, the path CUDA takes.
+"""The flex path: plain causal attention and its `AttentionReadout` from two `flex_attention` calls, the path CUDA takes.
 
 Neither call forms the T×T map. With logits `S[t,j] = s q_t·k_j` (s the scale):
 
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sinkscope.capture.layer_rows import LayerRows, PackedRows
-from sinkscope.stats.patterns import entropy_weights
+from sinkscope.capture.readout import AttentionReadout, PackedReadout
+from sinkscope.functional.patterns import entropy_weights
 
 try:  # torch ≥ 2.5
     from torch.nn.attention import flex_attention as _flex_module
@@ -137,15 +137,15 @@ def _row_constants(seq_len: int, device: str) -> tuple[Tensor, Tensor]:
 
 def flex_parts(
     query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
-) -> tuple[Tensor, PackedRows]:
-    """Causal attention (B, T, H, Dv) like transformers', and its `LayerRows` packed (`PACKED`, module doc); with
+) -> tuple[Tensor, PackedReadout]:
+    """Causal attention (B, T, H, Dv) like transformers', and its `AttentionReadout` packed (`PACKED`, module doc); with
     `window`, sliding-window attention (query t sees keys `t − window < j ≤ t`, Gemma-2/3's local layers): both
     calls take the window in their masks, and entries outside it (`A[t,0]` for t ≥ window) are 0.
 
     `query` (B, H, T, D), `key`/`value` (B, KV, T, ·) (GQA: query head h reads kv head `h // (H // KV)`). Besides
     the two kernels, a few dozen tensor operations per layer (each a kernel launch on an accelerator): the four
     logits `S[t,0]`, `S[t,t]`, `S[t,t−1]` and `s q_t·k̄` come from one product of q with the keys of each row
-    stacked, `[k_0, k_t, k_{t−1}, k̄]`; turning the packed numbers into `LayerRows` (`unpack_rows`) waits until
+    stacked, `[k_0, k_t, k_{t−1}, k̄]`; turning the packed numbers into `AttentionReadout` (`unpack_rows`) waits until
     every layer's are stacked.
     """
     B, H, T, D = query.shape
@@ -170,22 +170,22 @@ def flex_parts(
     # Dot products in float32 (no float64 copy of q: it would double the path's memory), differences in float64.
     mixed_logit = torch.linalg.vecdot(q_scaled.view(B, H, T, D), k_mix)  # s q_t·ō_t
     parts = torch.cat([logits, torch.stack([lse, mixed_logit, log_columns, out.norm(dim=-1)], -1)], -1)
-    return out.transpose(1, 2).to(query.dtype).contiguous(), PackedRows(parts, unpack_rows)
+    return out.transpose(1, 2).to(query.dtype).contiguous(), PackedReadout(parts, unpack_rows)
 
 
 PACKED = ("S[t,0]", "S[t,t]", "S[t,t-1]", "s q_t·k̄", "lse_t", "s q_t·ō_t", "log c_t", "||o_t||")
 """What `flex_parts` packs for each head and query row, in this order (float32)."""
 
 
-def unpack_rows(parts: Tensor) -> LayerRows:
-    """`LayerRows` from packed rows (..., B, H, T, 8) of `flex_parts`, leading dimensions (layers) kept:
+def unpack_rows(parts: Tensor) -> AttentionReadout:
+    """`AttentionReadout` from packed rows (..., B, H, T, 8) of `flex_parts`, leading dimensions (layers) kept:
     `A[t,j] = exp(S[t,j] − lse_t)` for j = 0, t, t−1 (0 at t = 0), `c_t = exp(log c_t)` and the entropy sum
     `Σ_t w_t ((lse_t − s q_t·k̄) − s q_t·ō_t)` in float64 (module doc)."""
     weights, not_first = _row_constants(parts.shape[-2], str(parts.device))
     lse = parts[..., 4]
     entries = torch.exp(parts[..., :3] - lse.unsqueeze(-1))
     row_entropy = (lse.double() - parts[..., 3].double()) - parts[..., 5].double()
-    return LayerRows(
+    return AttentionReadout(
         sink=entries[..., 0],
         diag=entries[..., 1],
         prev=entries[..., 2] * not_first,
@@ -197,8 +197,8 @@ def unpack_rows(parts: Tensor) -> LayerRows:
 
 def flex_rows(
     query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
-) -> tuple[Tensor, LayerRows]:
-    """`flex_parts` with its `LayerRows` unpacked: the output (B, T, H, Dv) and one layer's rows (B, H, T)."""
+) -> tuple[Tensor, AttentionReadout]:
+    """`flex_parts` with its `AttentionReadout` unpacked: the output (B, T, H, Dv) and one layer's rows (B, H, T)."""
     out, packed = flex_parts(query, key, value, scaling, window)
     return out, unpack_rows(packed.parts)
 

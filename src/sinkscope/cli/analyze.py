@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
-from sinkscope.stats.head_classes import HeadThresholds
+from sinkscope.functional.head_classes import HeadThresholds
 
 EXAMPLE = """examples:
   sinkscope analyze --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 256 --out runs/x

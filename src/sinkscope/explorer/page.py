@@ -2,9 +2,9 @@
 
 Code builds the data; the template `view.html.j2` of the one page builder (`sinkscope.report.page`) builds the
 markup and holds the inline JS.
-Per head the page shows the SPEC §2 scores and head class of `sinkscope.stats.patterns` (same thresholds as
+Per head the page shows the SPEC §2 scores and head class of `sinkscope.functional.patterns` (same thresholds as
 `analyze`) computed from the full-precision maps of this one text; per layer the BOS geometry of SPEC §4
-(`sinkscope.stats.geometry`) and the MLP-like fraction of SPEC §3; the maps themselves are embedded quantised
+(`sinkscope.functional.geometry`) and the MLP-like fraction of SPEC §3; the maps themselves are embedded quantised
 (`sinkscope.explorer.quantise`: every causal entry to within 7.6e-6).
 """
 
@@ -23,14 +23,19 @@ from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
+from sinkscope.functional.geometry import bos_cosine, bos_norm_ratio
+from sinkscope.functional.patterns import (
+    HEAD_CLASS_THRESHOLDS,
+    hard_sink_frac,
+    pattern_block_sums,
+    sink_score,
+)
+from sinkscope.functional.switch import value_drain
 from sinkscope.models.families import softmax_layers
 from sinkscope.models.load import LoadedModel, check_bos_id
 from sinkscope.pipelines.attention_maps import head_classes, head_scores, token_texts
 from sinkscope.report.page import render_page
 from sinkscope.staging import check_file_target
-from sinkscope.stats.geometry import bos_cosine, bos_norm_ratio
-from sinkscope.stats.patterns import HEAD_CLASS_THRESHOLDS, hard_sink_frac, pattern_block_sums, sink_score
-from sinkscope.stats.switch import value_drain
 
 TOP_SINKS = 3  # strongest non-BOS keys marked per head
 # The automatic colour scale of a map is logarithmic when its median entry is below this share of its largest:

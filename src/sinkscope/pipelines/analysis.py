@@ -20,6 +20,7 @@ from sinkscope.capture.feed import Feed
 from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.head_classes import HeadThresholds
 from sinkscope.models.families import softmax_layers
 from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.checkpoint import load_checkpoint, save_checkpoint
@@ -38,7 +39,6 @@ from sinkscope.statistics.statistic import Statistic, Tables
 from sinkscope.statistics.switch_counts import SwitchCounts
 from sinkscope.statistics.window_sink_rate import WindowSinkRate
 from sinkscope.statistics.window_summary import WindowSummary
-from sinkscope.stats.head_classes import HeadThresholds
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ No sinkscope attention path is involved: the model runs once with `attn_implemen
 `transformers` returns. That one pass is `sinkscope.explorer.capture.capture_text`, which `sinkscope view` builds
 its page on too (`attention_from_capture` gives the page's per-head scores and classes), so the page and these
 arrays cannot differ. The text is tokenized as a corpus window is (BOS first, documents joined with EOS;
-`text_ids`), and the per-head scores are those of `docs/statistics.md` (`sinkscope.stats.patterns`) computed on
+`text_ids`), and the per-head scores are those of `docs/statistics.md` (`sinkscope.functional.patterns`) computed on
 this one text.
 """
 
@@ -21,8 +21,7 @@ import torch
 from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
-from sinkscope.models.load import LoadedModel, check_bos_id
-from sinkscope.stats.patterns import (
+from sinkscope.functional.patterns import (
     diag_score,
     entropy_score,
     hard_diag_frac,
@@ -31,6 +30,7 @@ from sinkscope.stats.patterns import (
     prev_score,
     sink_score,
 )
+from sinkscope.models.load import LoadedModel, check_bos_id
 
 
 @dataclass

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.head_classes import HeadThresholds, classify_head
+from sinkscope.functional.patterns import diag_score, entropy_score, prev_score, sink_score
 from sinkscope.models.load import LoadedModel
-from sinkscope.stats.head_classes import HeadThresholds, classify_head
-from sinkscope.stats.patterns import diag_score, entropy_score, prev_score, sink_score
 
 CLASSES = ("sink", "diagonal", "previous-token", "dense", "mixed")
 SCORES = ("sink_score", "diag_score", "prev_score", "entropy")

@@ -24,9 +24,9 @@ from sinkscope.capture.attention import watch_attention
 from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.switch_routes import ALL_ROUTES, Route, RouteInputs, classify, route_counts
 from sinkscope.models.families import attention_module, softmax_layers
 from sinkscope.models.load import LoadedModel
-from sinkscope.stats.switch_routes import ALL_ROUTES, Route, RouteInputs, classify, route_counts
 
 
 def available_routes(lm: LoadedModel, routes: tuple[Route, ...] = ALL_ROUTES) -> tuple[Route, ...]:

@@ -9,10 +9,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction import claims as c
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.evidence import DELTA_SCALES
-from sinkscope.stats.switch_routes import ROUTES
 
 GEOMETRY_COLUMNS = ["layer", "bos_cos_mean_z", "bos_cos_max_z", "bos_cos_nonpos_frac_z", "bos_cos_mean_h",
                     "bos_cos_max_h", "bos_cos_nonpos_frac_h", "bos_norm_ratio_h", "gamma1", "gamma2", "sink_margin",

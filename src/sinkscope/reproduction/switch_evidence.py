@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from sinkscope.functional.geometry import bos_cosine
+from sinkscope.functional.switch_routes import ROUTES, RouteInputs, classify, route_counts
 from sinkscope.models.load import LoadedModel
 from sinkscope.reproduction.claims import GRID, TAU_CURVE
-from sinkscope.stats.geometry import bos_cosine
-from sinkscope.stats.switch_routes import ROUTES, RouteInputs, classify, route_counts
 
 
 def _switch_cells(off: Tensor, sink: Tensor) -> Tensor:
@@ -40,7 +40,7 @@ def layer_switch_evidence(attn: Tensor, value_norms: Tensor, out_norms: Tensor, 
     """One layer's per-window counts: `curve` (B, len(GRID), len(TAU_CURVE), 4), `routes` (B, len(GRID),
     len(GRID), R + 1), `routes_at` (B, R + 1) at δ, τ and `bos_mass` (B, R + 1), Σ A[t,0] per route at δ, τ.
     `attn` (B, H, T, T), `value_norms` (B, H, T), `out_norms` (B, H, T)."""
-    from sinkscope.stats.switch import switched_off
+    from sinkscope.functional.switch import switched_off
 
     B, H, T = out_norms.shape
     t = torch.arange(T, device=attn.device)

@@ -17,9 +17,14 @@ import pandas as pd
 import torch
 
 from sinkscope.capture.layer_inputs import layer_inputs
+from sinkscope.functional.weights import (
+    effective_rank,
+    factored_svd,
+    nuclear_frobenius_ratio,
+    probe_alignment,
+)
 from sinkscope.models.families import query_key_maps, value_output_maps
 from sinkscope.models.load import LoadedModel
-from sinkscope.stats.weights import effective_rank, factored_svd, nuclear_frobenius_ratio, probe_alignment
 
 
 @torch.no_grad()

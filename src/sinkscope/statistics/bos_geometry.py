@@ -7,9 +7,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sinkscope.functional.geometry import bos_dots, bos_geometry_sums_from
 from sinkscope.statistics.state import Max, Sum
 from sinkscope.statistics.statistic import Statistic, Tables
-from sinkscope.stats.geometry import bos_dots, bos_geometry_sums_from
 
 SUMS = ("cos_sum", "cos_nonpos", "norm_ratio_sum")
 

@@ -61,5 +61,5 @@ class HalfSpaceCertificates(Statistic):
             for layer, (_, rows) in self.sample.layers.items()
         }
         with tqdm(total=len(samples), desc="geometry", unit="layer", disable=not self.progress) as bar:
-            table = layer_geometry(samples, cap=self.cap, seed=self.seed, on_layer=lambda _: bar.update())
+            table = layer_geometry(samples, cap=self.cap, seed=self.seed, on_readout=lambda _: bar.update())
         return Tables(layers=table.drop(columns=["n_contexts"]))

@@ -8,9 +8,9 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.patterns import received_from_columns
 from sinkscope.statistics.state import KeyedSum, device_index
 from sinkscope.statistics.statistic import Columns, Statistic, Tables
-from sinkscope.stats.patterns import received_from_columns
 
 
 class KeyTokens(Statistic):

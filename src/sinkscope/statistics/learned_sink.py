@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from sinkscope.functional.learned_sink import learned_sink_block_sums
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Rows, Statistic, Tables
-from sinkscope.stats.learned_sink import learned_sink_block_sums
+from sinkscope.statistics.statistic import QueryBlock, Statistic, Tables
 
 SUMS = ("mass", "hard", "n_off", "n_off_learned", "n_off_any_sink", "rate")
 
@@ -43,7 +43,7 @@ class LearnedSinkScores(Statistic):
     def on_values(self, layer: int, value_norms: Tensor) -> None:
         self._value_norms[layer] = value_norms
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         if rows.learned_sink is None:
             return
         mass = rows.learned_sink

@@ -17,7 +17,7 @@ import pandas as pd
 from torch import Tensor
 
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Rows, Statistic, Tables
+from sinkscope.statistics.statistic import QueryBlock, Statistic, Tables
 
 GATE_TAU = 0.1
 SUMS = ("gate", "off", "off_sink", "sink", "queries")
@@ -40,7 +40,7 @@ class OutputGates(Statistic):
         """σ(g) (B, H, T, dh) of one layer (`capture.gate.output_gate_hooks`)."""
         self._gates[layer] = gates.mean(-1)  # (B, H, T)
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         gate = self._gates[layer][..., rows.start : rows.start + rows.hard_sink.shape[-1]]  # (B, H, Q)
         if rows.start == 0:  # t = 0 sees only BOS: no switch to make
             gate, sink = gate[..., 1:], rows.hard_sink[..., 1:]

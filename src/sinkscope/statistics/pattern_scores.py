@@ -7,10 +7,10 @@ import pandas as pd
 import torch
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.head_classes import HeadThresholds
+from sinkscope.functional.patterns import finalize_pattern_scores, head_class
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Columns, Rows, Statistic, Tables
-from sinkscope.stats.head_classes import HeadThresholds
-from sinkscope.stats.patterns import finalize_pattern_scores, head_class
+from sinkscope.statistics.statistic import Columns, QueryBlock, Statistic, Tables
 
 ROW_SUMS = ("sink", "diag", "prev", "entropy", "hard_sink", "hard_diag", "upper_mass", "row_total", "learned_sink")
 
@@ -35,7 +35,7 @@ class PatternScores(Statistic):
         self.sums = {name: self.add_state(name, Sum((L, H), device)) for name in ROW_SUMS}
         self.keys = self.add_state("keys", Sum((L, H, T), device))
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         for name, value in rows.sums.items():  # the rows and fused paths have no `upper_mass`: causal by construction
             self.sums[name].add(value, (layer,))
 

@@ -9,15 +9,15 @@ order of one forward pass:
     begin_batch(ids, window_ids)                    the batch's token ids (B, T) and corpus window indices (B,)
     per layer:  on_layer_input(layer, h, z)         residual input h and attention input z (B, T, d)
                 on_values(layer, value_norms)       ||v_j|| per head (B, H, T) (GQA groups repeated)
-                on_rows(layer, rows)                one block of query rows: `Rows`
+                on_query_block(layer, rows)         one block of query rows: `QueryBlock`
                 on_columns(layer, columns)          after the layer's last block: `Columns`
                 on_attention_output(layer, out)     the attention module's output (B, T, d) (`needs_outputs`)
                 on_post_norm_output(layer, update)  the post-attention norm's output, where the family has one
     end_batch(batch_size)
 
 A statistic that sets `stacked` takes the layers of the map-free paths all at once, at the end of the batch:
-`on_values`, `on_rows` and `on_columns` then get a tuple of layers for `layer` and tensors with a leading layer
-axis (value norms (L', B, H, T), `Rows` and `Columns` fields (L', B, H, T), row sums (L', H)); for the layers of the
+`on_values`, `on_query_block` and `on_columns` then get a tuple of layers for `layer` and tensors with a leading layer
+axis (value norms (L', B, H, T), `QueryBlock` and `Columns` fields (L', B, H, T), row sums (L', H)); for the layers of the
 block path, and for statistics that do not set it, one layer per call as above.
 """
 
@@ -33,7 +33,7 @@ from sinkscope.statistics.state import State
 
 
 @dataclass(frozen=True)
-class Rows:
+class QueryBlock:
     """One block of query rows `start..start+Q-1` of one layer over the batch (SPEC §2–§3 ingredients).
 
     `sums`: per-head (H,) float64 sums of the block (`sink`, `diag`, `prev`, `entropy`, `hard_sink`, `hard_diag`,
@@ -120,7 +120,7 @@ class Statistic:
 
     def on_values(self, layer: int, value_norms: Tensor) -> None: ...
 
-    def on_rows(self, layer: int, rows: Rows) -> None: ...
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None: ...
 
     def on_columns(self, layer: int, columns: Columns) -> None: ...
 

@@ -7,9 +7,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sinkscope.functional.switch import finalize_switch, switch_block_sums, value_drain
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Rows, Statistic, Tables
-from sinkscope.stats.switch import finalize_switch, switch_block_sums, value_drain
+from sinkscope.statistics.statistic import QueryBlock, Statistic, Tables
 
 COUNTS = ("n_off_sink", "n_off_nosink", "n_on_sink", "n_on_nosink")
 
@@ -33,7 +33,7 @@ class SwitchCounts(Statistic):
         self._value_norms[layer] = value_norms
         self.sums["value_drain"].add(value_drain(value_norms).sum(-2), (layer,))
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         sums = switch_block_sums(rows.out_norms, self._value_norms[layer], rows.hard_sink, rows.start, self.tau)
         for name, value in sums.items():
             self.sums[name].add(value, (layer,))

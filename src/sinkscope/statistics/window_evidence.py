@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from sinkscope.functional.geometry import bos_cosine
+from sinkscope.functional.switch import switched_off, value_drain
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Columns, Rows, Statistic, Tables
-from sinkscope.stats.geometry import bos_cosine
-from sinkscope.stats.switch import switched_off, value_drain
+from sinkscope.statistics.statistic import Columns, QueryBlock, Statistic, Tables
 
 TAU_SCALES = (0.5, 1.0, 2.0)  # the switch table at half, once and double τ (threshold sensitivity)
 SWITCH_CELLS = ("off_sink", "off_nosink", "on_sink", "on_nosink")
@@ -78,7 +78,7 @@ class WindowEvidence(Statistic):
         self._value_norms[layer] = value_norms
         self._add("drain", value_drain(value_norms[:, :: self.group]).double(), layer)  # (B, KV)
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         Q = rows.out_norms.shape[-1]
         queries = torch.arange(rows.start, rows.start + Q, device=rows.out_norms.device)
         valid = (queries >= 1).view(1, 1, Q)

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sinkscope.functional.patterns import exceed_counts, key_scores_from_columns
 from sinkscope.statistics.state import Sum
 from sinkscope.statistics.statistic import Columns, Statistic, Tables
-from sinkscope.stats.patterns import exceed_counts, key_scores_from_columns
 
 
 class WindowSinkRate(Statistic):

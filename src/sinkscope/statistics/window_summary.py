@@ -22,9 +22,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sinkscope.functional.patterns import key_scores_from_columns
 from sinkscope.statistics.state import Sum
-from sinkscope.statistics.statistic import Columns, Rows, Statistic, Tables
-from sinkscope.stats.patterns import key_scores_from_columns
+from sinkscope.statistics.statistic import Columns, QueryBlock, Statistic, Tables
 
 MAX_WINDOWS = 4096  # 4096 × 6 float64: 192 kB of state
 SUMS = ("seen", "sink_exceed", "sink", "diag", "mlp_like", "tokens_hash")
@@ -75,7 +75,7 @@ class WindowSummary(Statistic):
         self._add("sink", alpha.sum(-1))
         self._add("diag", columns.diagonal[..., 1:].mean(-1).sum(-1))  # Σ_h mean_{t≥1} A[t,t]
 
-    def on_rows(self, layer: int, rows: Rows) -> None:
+    def on_query_block(self, layer: int, rows: QueryBlock) -> None:
         self._add("mlp_like", (rows.hard_sink | rows.hard_diag).all(dim=-2).sum(-1))  # both false at t = 0
 
     def compute(self, windows: int) -> Tables:

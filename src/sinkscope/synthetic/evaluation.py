@@ -11,10 +11,10 @@ import math
 import torch
 from torch.nn import functional as F
 
-from sinkscope.stats.geometry import bos_norm_ratio
-from sinkscope.stats.patterns import diag_score, entropy_score, prev_score, sink_score
-from sinkscope.stats.query_mask import masked_query_mean
-from sinkscope.stats.switch import value_drain
+from sinkscope.functional.geometry import bos_norm_ratio
+from sinkscope.functional.patterns import diag_score, entropy_score, prev_score, sink_score
+from sinkscope.functional.query_mask import masked_query_mean
+from sinkscope.functional.switch import value_drain
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 from sinkscope.synthetic.measures import (
     bayes_loss,

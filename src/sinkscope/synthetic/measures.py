@@ -4,7 +4,7 @@ margins, the switch with output gates, W_QK norms.
 Pure functions over tensors of one evaluation batch; no model, no I/O. Model positions follow `GBBBatch`:
 position 0 is BOS when the task has one (otherwise the first real token, reported under the same name).
 "Non-trigger queries" are `GBBBatch.is_plain`, which never contains model position 0 (it can only attend to
-itself). The SPEC §2–§4 statistics (masses, row entropy, value drain, BOS norm ratio) are `sinkscope.stats`'s,
+itself). The SPEC §2–§4 statistics (masses, row entropy, value drain, BOS norm ratio) are `sinkscope.functional`'s,
 given the query set as a query mask (`evaluation.evaluate`).
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from sinkscope.stats.query_mask import masked_query_mean
-from sinkscope.stats.switch import switched_off
+from sinkscope.functional.query_mask import masked_query_mean
+from sinkscope.functional.switch import switched_off
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 
 _TINY = 1e-30

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from sinkscope.stats.head_classes import HeadThresholds, classify_head
+from sinkscope.functional.head_classes import HeadThresholds, classify_head
 from sinkscope.theory.cost_closed_forms import gbb_diagonal_nuclear, gbb_sink_cost
 
 if TYPE_CHECKING:

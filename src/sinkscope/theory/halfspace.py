@@ -212,7 +212,7 @@ def layer_geometry(
     samples: dict[int, tuple[np.ndarray, np.ndarray]],
     cap: int = GEOMETRY_SAMPLE_CAP,
     seed: int = 0,
-    on_layer: Callable[[int], None] | None = None,
+    on_readout: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
     """Per-layer sink geometry on unit-normalised attention inputs (SPEC §3-4), one row per layer.
 
@@ -221,7 +221,7 @@ def layer_geometry(
     passes its `geometry_cap` (`--geometry-cap`, default 256); `GEOMETRY_SAMPLE_CAP` = 512 is the default of
     direct callers only.
     Columns: layer, gamma1, gamma2, sink_margin (γ1·γ2), sink_representable, h1, h2, context_rank,
-    sink_span_distance, n_contexts. `on_layer(layer)` is called after each layer (for a progress display).
+    sink_span_distance, n_contexts. `on_readout(layer)` is called after each layer (for a progress display).
     """
     rows = []
     rng = np.random.default_rng(seed)
@@ -248,8 +248,8 @@ def layer_geometry(
                 "n_contexts": int(contexts.shape[0]),
             }
         )
-        if on_layer is not None:
-            on_layer(int(layer))
+        if on_readout is not None:
+            on_readout(int(layer))
     return pd.DataFrame(rows)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from sinkscope.stats.switch import visible_value_mean
+from sinkscope.functional.switch import visible_value_mean
 
 NOT_OFF = -1  # label of a query that is not switched off (and of t = 0, which sees only BOS)
 

@@ -1,4 +1,4 @@
-"""`LayerRows`: what the statistics need from one layer's attention, as the map-free paths deliver it."""
+"""`AttentionReadout`: what the statistics need from one layer's attention, as the map-free paths deliver it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import Tensor
 
 
 @dataclass(frozen=True)
-class LayerRows:
+class AttentionReadout:
     """What the statistics of SPEC §2–§3 need from one layer's attention over a batch, without the map.
 
     `sink`, `diag`, `prev`: `A[t,0]`, `A[t,t]`, `A[t,t-1]` (0 at t = 0), (B, H, T) float32; `columns`:
@@ -25,15 +25,15 @@ class LayerRows:
     out_norms: Tensor
 
 
-LAYER_ROWS_FIELDS = tuple(field.name for field in fields(LayerRows))
+READOUT_FIELDS = tuple(field.name for field in fields(AttentionReadout))
 """The field names in order: sink, diag, prev, columns, entropy, out_norms."""
 
 
 @dataclass(frozen=True)
-class PackedRows:
-    """One layer's `LayerRows` still packed as a path left them: `unpack(parts)` gives them, and
+class PackedReadout:
+    """One layer's `AttentionReadout` still packed as a path left them: `unpack(parts)` gives them, and
     `unpack(torch.stack(parts of several layers))` gives theirs with a leading layer axis (fewer operations than
     unpacking each layer)."""
 
     parts: Tensor
-    unpack: Callable[[Tensor], LayerRows]
+    unpack: Callable[[Tensor], AttentionReadout]

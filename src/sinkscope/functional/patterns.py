@@ -7,7 +7,7 @@ Two forms of each statistic:
   which the capture adds up across blocks, layers' heads and windows (STYLE practice 7).
 Positions are 0-indexed; key 0 is the sink candidate (BOS). The direct scores take an optional query mask
 (B, T) or (T,) (e.g. the gBB lab's non-trigger queries): they then average over the masked queries of every
-window, pooled over the windows (`sinkscope.stats.query_mask`), so (B, ..., T, T) → (...).
+window, pooled over the windows (`sinkscope.functional.query_mask`), so (B, ..., T, T) → (...).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sinkscope.stats.head_classes import HeadThresholds, classify_head
-from sinkscope.stats.query_mask import masked_query_mean
+from sinkscope.functional.head_classes import HeadThresholds, classify_head
+from sinkscope.functional.query_mask import masked_query_mean
 
 
 def sink_score(attn: Tensor, query_mask: Tensor | None = None) -> Tensor:

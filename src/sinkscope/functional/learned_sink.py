@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sinkscope.stats.switch import switched_off
+from sinkscope.functional.switch import switched_off
 
 
 def learned_sink_score(mass: Tensor) -> Tensor:
