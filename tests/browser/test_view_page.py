@@ -211,7 +211,7 @@ def hand_made_page(model_dir, path, edit=None, tokens: int = 30):
     row t ≥ 1 on BOS (below the 0.9 of a hard sink: the map is more than one column), 0.2 spread over keys 1..t. `edit(data)` may change the page data before rendering."""
     import torch
 
-    from sinkscope.explorer.capture import capture_text, text_ids
+    from sinkscope.capture.text_maps import capture_text, text_ids
     from sinkscope.explorer.page import page_data, render
     from sinkscope.explorer.quantise import quantise_maps
     from sinkscope.models.load import load_model

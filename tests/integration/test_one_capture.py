@@ -14,7 +14,7 @@ import sinkscope
 from integration.test_reference_columns import FAMILIES, tiny
 from integration.view_model import TEXT, save_sharp_llama
 from sinkscope.capture.attention import watch_attention
-from sinkscope.explorer.capture import capture_text
+from sinkscope.capture.text_maps import capture_text
 from sinkscope.explorer.quantise import dequantise_maps, quant_error
 from sinkscope.models.families import attention_module
 

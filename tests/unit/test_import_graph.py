@@ -159,3 +159,57 @@ def test_statistics_import_no_pipeline_and_no_capture():
             if any(_within(m, f"sinkscope.{p}") for p in PIPELINES + ("cli", "capture"))
         )  # fmt: skip
         assert above == [], f"{module} imports {above}"
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("reproduction",),
+    ("explorer",),
+    ("pipelines", "synthetic"),
+    ("capture",),
+    ("statistics",),
+    ("report", "theory", "functional"),
+    ("models", "corpus"),
+    ("staging", "provenance", "threads"),
+    ("locking",),
+    ("ownership",),
+    ("errors",),
+)
+"""The declared layer order, top to bottom (docs/architecture.md): a module imports only from its own package or from
+packages of a lower layer — never from a package beside it or above it."""
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def layer_violations(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """Each import `a -> b` whose package does not sit strictly lower than a's (same package excepted)."""
+    rank = {package: depth for depth, packages in enumerate(layers) for package in packages}
+    found = []
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = _package(module), _package(target)
+            if a and b and a != b and rank[b] <= rank[a]:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_every_package_has_a_declared_layer():
+    internal, _ = import_graph()
+    declared = {package for packages in LAYERS for package in packages}
+    assert {_package(m) for m in internal} - {""} == declared
+
+
+def test_no_import_breaks_the_declared_layer_order():
+    internal, _ = import_graph()
+    assert layer_violations(internal) == []
+
+
+def test_the_layer_check_catches_an_upward_and_a_sideways_import():
+    internal, _ = import_graph()
+    upward = {**internal, "sinkscope.functional.patterns": internal["sinkscope.functional.patterns"] | {"sinkscope.pipelines.analysis"}}
+    sideways = {**internal, "sinkscope.theory.cost": internal["sinkscope.theory.cost"] | {"sinkscope.report.page"}}
+    assert layer_violations(upward) == ["sinkscope.functional.patterns -> sinkscope.pipelines.analysis"]
+    assert layer_violations(sideways) == ["sinkscope.theory.cost -> sinkscope.report.page"]

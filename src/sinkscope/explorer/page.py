@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from sinkscope.capture.text_maps import TextCapture, capture_text, check_length, text_ids
 from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
-from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
 from sinkscope.functional.geometry import bos_cosine, bos_norm_ratio
 from sinkscope.functional.patterns import (

@@ -2,7 +2,7 @@
 
 No sinkscope attention path is involved: the model runs once with `attn_implementation="eager"` and
 `output_attentions=True` (its attention implementation is restored afterwards), so the maps are exactly what
-`transformers` returns. That one pass is `sinkscope.explorer.capture.capture_text`, which `sinkscope view` builds
+`transformers` returns. That one pass is `sinkscope.capture.text_maps.capture_text`, which `sinkscope view` builds
 its page on too (`attention_from_capture` gives the page's per-head scores and classes), so the page and these
 arrays cannot differ. The text is tokenized as a corpus window is (BOS first, documents joined with EOS;
 `text_ids`), and the per-head scores are those of `docs/statistics.md` (`sinkscope.functional.patterns`) computed on
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sinkscope.capture.text_maps import TextCapture, capture_text, check_length, text_ids
 from sinkscope.corpus.sources import check_text, documents
 from sinkscope.errors import SinkscopeError
-from sinkscope.explorer.capture import TextCapture, capture_text, check_length, text_ids
 from sinkscope.functional.patterns import (
     diag_score,
     entropy_score,
