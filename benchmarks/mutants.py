@@ -177,7 +177,7 @@ MUTANTS = (
            "sink-query ablation: the cells are never applied"),
     Mutant("src/sinkscope/pipelines/analysis.py", 'fingerprint["corpus"].pop("windows", None)',
            'fingerprint["corpus"].get("windows", None)', "resume identity: a longer corpus is refused"),
-    Mutant("src/sinkscope/pipelines/ablate.py", "first_values[layer][:, head // group, None]",
+    Mutant("src/sinkscope/capture/head_ablation.py", "first_values[layer][:, head // group, None]",
            "first_values[layer][:, head % layout.n_kv_heads, None]", "BOS ablation: query head h reads kv head h mod KV"),
 )  # fmt: skip
 

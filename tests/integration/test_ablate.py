@@ -12,15 +12,14 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.pytorch_utils import Conv1D
 
+from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.capture.layer_inputs import layer_inputs
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.ablate import (
-    ablate,
-    ablation_curve,
+from sinkscope.pipelines.ablate import ablate, ablation_curve
+from sinkscope.pipelines.head_selection import (
     count_for_fraction,
-    head_ablation,
     head_scores,
     heads_by_score,
     parse_heads,
@@ -208,7 +207,7 @@ def test_config_rejects_bad_input_before_model_work(kwargs, message):
 
 
 def test_scores_from_run_reads_heads_parquet(tmp_path):
-    from sinkscope.pipelines.ablate import scores_from_run
+    from sinkscope.pipelines.head_selection import scores_from_run
 
     with pytest.raises(SinkscopeError, match="no heads.parquet"):
         scores_from_run(tmp_path)

@@ -23,17 +23,16 @@ import transformers as tf
 
 import sinkscope.capture.attention as attention
 from sinkscope.capture.feed import Feed
+from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import (
     REFUSED,
     attention_module,
     family_for,
-    query_key_maps,
-    value_output_maps,
 )
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.ablate import head_ablation
+from sinkscope.models.weight_maps import query_key_maps, value_output_maps
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze, statistics_for
 
 from . import eager_reference as eager

@@ -10,8 +10,8 @@ import pytest
 import torch
 import transformers as tf
 
+from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.models.families import attention_module
-from sinkscope.pipelines.ablate import head_ablation
 from sinkscope.pipelines.query_ablation import query_ablation, sink_query_cells
 
 from . import test_capture_more_families as more

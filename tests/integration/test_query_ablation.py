@@ -1,11 +1,12 @@
 """Sink-query ablation (`pipelines.query_ablation`) on a tiny random Llama: the masks are the eager attention's
-sink queries, a full mask equals zeroing the head (`pipelines.ablate.head_ablation`), an empty one changes
+sink queries, a full mask equals zeroing the head (`capture.head_ablation.head_ablation`), an empty one changes
 nothing, a partial one only changes positions from the first zeroed query on, and the random sets match."""
 
 import numpy as np
 import torch
 
-from sinkscope.pipelines.ablate import head_ablation, window_losses
+from sinkscope.capture.head_ablation import head_ablation
+from sinkscope.pipelines.ablate import window_losses
 from sinkscope.pipelines.query_ablation import (
     matched_random_cells,
     query_ablation,

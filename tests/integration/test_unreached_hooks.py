@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.capture.layer_inputs import layer_input_hooks, layer_inputs
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.ablate import head_ablation
 
 
 @pytest.fixture

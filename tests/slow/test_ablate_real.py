@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 
+from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.corpus.windows import windows
 from sinkscope.models.load import LoadedModel, embedded_installed, load_model
-from sinkscope.pipelines.ablate import AblateConfig, head_ablation, run_ablation
+from sinkscope.pipelines.ablate import AblateConfig, run_ablation
 
 pytestmark = [
     pytest.mark.slow,

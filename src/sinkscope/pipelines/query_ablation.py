@@ -19,10 +19,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sinkscope.capture.head_ablation import Head
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.ablate import Head, window_losses
+from sinkscope.pipelines.ablate import window_losses
 
 Cells = dict[Head, Tensor]  # head → (B, T) booleans: the queries of one batch where the head is zeroed
 
