@@ -21,8 +21,9 @@ from transformers import (
 )
 
 from sinkscope.corpus.windows import TokenWindows
-from sinkscope.models.families import family_for, input_norm_module, value_output_maps
+from sinkscope.models.families import family_for, input_norm_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import value_output_maps
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
 V, T = 96, 12

@@ -30,10 +30,9 @@ from sinkscope.models.families import (
     REFUSED,
     attention_module,
     family_for,
-    query_key_maps,
-    value_output_maps,
 )
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import query_key_maps, value_output_maps
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze, statistics_for
 
 from . import eager_reference as eager

@@ -21,8 +21,9 @@ from transformers import (
 )
 
 from sinkscope.capture.layer_inputs import layer_input_hooks, layer_inputs
-from sinkscope.models.families import attention_module, family_for, query_key_maps, value_output_maps
+from sinkscope.models.families import attention_module, family_for
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import query_key_maps, value_output_maps
 from sinkscope.reproduction.weights import weight_table
 
 V, T = 64, 8

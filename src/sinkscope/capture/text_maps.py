@@ -18,8 +18,9 @@ from torch import Tensor
 from sinkscope.capture.layer_inputs import layer_input_hooks
 from sinkscope.corpus.windows import default_bos_id
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module, projection_channels, softmax_layers
+from sinkscope.models.families import attention_module, softmax_layers
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import projection_channels
 
 # Beyond this the embedded maps (L·H·T²/2 entries) stop being a page a browser opens quickly.
 MAX_TOKENS = 1024
@@ -81,7 +82,7 @@ def capture_text(lm: LoadedModel, ids: Tensor) -> TextCapture:
 
     The maps are the model's own eager attention (`output_attentions=True`; the attention implementation is set
     back afterwards); `h`, `z` come from `capture.layer_inputs` hooks; the values are the value channels of each
-    layer's value projection output (`models.families.projection_channels`), reshaped (T, KV, head_dim).
+    layer's value projection output (`models.weight_maps.projection_channels`), reshaped (T, KV, head_dim).
     """
     limit = lm.max_positions
     T = ids.shape[0]

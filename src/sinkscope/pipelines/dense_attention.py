@@ -33,8 +33,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module, projection_channels
+from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import projection_channels
 from sinkscope.statistics.smoothing_curves import causal_uniform_mix, mean_pairwise_cosine
 from sinkscope.theory.smoothing_regimes import REGIMES, smoothing_regime
 

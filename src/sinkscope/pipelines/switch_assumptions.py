@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module, input_norm_module, projection_channels
+from sinkscope.models.families import attention_module, input_norm_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import projection_channels
 from sinkscope.theory.halfspace import span_assumptions
 
 CATEGORIES = ("near sink", "self, small value", "other small-value key", "spread")

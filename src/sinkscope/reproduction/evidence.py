@@ -114,7 +114,7 @@ def pq_alignment(lm: LoadedModel, directions: dict[int, tuple[np.ndarray, np.nda
     `p̂ W_Q R(Δ) W_Kᵀ q̂ᵀ` (query at offset Δ from the BOS key; transformers' rotate-half RoPE, R(0) = I) and
     `qk_pq_score_offset0` (Δ = 0), both divided by σ₁ of the offset-0 form `W_Q W_Kᵀ`."""
     from sinkscope.functional.weights import factored_svd
-    from sinkscope.models.families import query_key_maps
+    from sinkscope.models.weight_maps import query_key_maps
 
     rows = []
     for layer, (p, q) in sorted(directions.items()):

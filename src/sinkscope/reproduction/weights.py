@@ -4,7 +4,7 @@ Per head h (GQA: its kv group's key and value maps), in the model's own basis (r
 - `W_QK = W_Q^h W_K^hᵀ`, the position-free bilinear form: the exact score matrix at relative offset 0. RoPE
   rotates the query and key of a pair at offset Δ by `R(Δ)` between the factors (`W_Q R(Δ) W_Kᵀ`), so only
   offset 0 is free of position; QK-norm gains and the module's score scaling are folded in
-  (`models.families.query_key_maps`);
+  (`models.weight_maps.query_key_maps`);
 - `W_VO = W_V^h W_O^h`, the value-output map `y = x W_VO` (no position dependence).
 Statistics (`stats.weights`): the singular values, nuclear/Frobenius ratio, effective rank, and how the BOS
 attention input `z_0` of the layer meets the form: for `W_QK` on the key side (a key enters as `W z_0ᵀ`),
@@ -23,8 +23,8 @@ from sinkscope.functional.weights import (
     nuclear_frobenius_ratio,
     probe_alignment,
 )
-from sinkscope.models.families import query_key_maps, value_output_maps
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import query_key_maps, value_output_maps
 
 
 @torch.no_grad()

@@ -26,8 +26,9 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import norm_gain, post_attention_norm_module, value_output_maps
+from sinkscope.models.families import post_attention_norm_module
 from sinkscope.models.load import LoadedModel
+from sinkscope.models.weight_maps import norm_gain, value_output_maps
 from sinkscope.statistics.state import ShiftedMoments, Sum
 from sinkscope.statistics.statistic import Statistic, Tables
 from sinkscope.theory.oversmoothing import (
