@@ -10,7 +10,7 @@ import pytest
 from scipy.optimize import linprog
 
 from sinkscope.pipelines.cost_regimes import RegimeConfig, predicted_winner, run_cost_regimes, winner
-from sinkscope.pipelines.cost_sweep import synthetic_embeddings
+from sinkscope.theory.embeddings import synthetic_embeddings
 
 
 def in_hull(point: np.ndarray, points: np.ndarray) -> bool:

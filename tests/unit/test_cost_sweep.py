@@ -16,8 +16,9 @@ from sinkscope.pipelines.cost_sweep import (
     cost_rows,
     fit_exponents,
     run_cost_sweep,
-    synthetic_embeddings,
 )
+from sinkscope.report.cost_figures import cost_vs_T_figure
+from sinkscope.theory.embeddings import synthetic_embeddings
 
 
 @pytest.mark.parametrize("family", ["orthonormal", "gaussian", "shared_mean", "anti_aligned", "low_rank"])
@@ -106,8 +107,6 @@ def test_cli_runs_a_small_sweep(tmp_path, capsys):
 
 def test_cost_figure_labels_its_log_axes_with_plain_numbers():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from sinkscope.pipelines.cost_sweep import cost_rows, cost_vs_T_figure
 
     frame = cost_rows(CostSweepConfig(families=("orthonormal",), Ts=(2, 4, 8), ds=(3,), seeds=1))
     fig = cost_vs_T_figure(frame)

@@ -8,7 +8,7 @@ Two tables (SPEC §6-7):
   (`theory.cost_closed_forms.gbb_cost`) and the exact programs (`theory.cost.gbb_pattern_cost`), nuclear and
   Frobenius, and which pattern is cheaper by each;
 - `geometry`: causal sink and diagonal patterns on T + 1 unit embeddings in R^d of rank r (zero-mean Gaussian
-  directions in a random r-dimensional subspace, `pipelines.cost_sweep.synthetic_embeddings("low_rank")`; r = d
+  directions in a random r-dimensional subspace, `theory.embeddings.synthetic_embeddings("low_rank")`; r = d
   is the isotropic case), nuclear norm, several seeds: the exact costs (an infeasible sink costs ∞) and the
   predictions beside them — Wendel's probability that the contexts lie in an open half-space (P(H1), the sink's
   feasibility for iid symmetric contexts of rank r) and the orthonormal closed forms `κT/√(T+1)` (sink) and
@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.pipelines.cost_sweep import _solve_row, synthetic_embeddings
+from sinkscope.pipelines.cost_sweep import solve_row
 from sinkscope.theory.cost import gbb_pattern_cost
 from sinkscope.theory.cost_closed_forms import gbb_cost, orthonormal_cost, wendel_probability
+from sinkscope.theory.embeddings import synthetic_embeddings
 
 NORMS = ("nuclear", "frobenius")
 
@@ -103,7 +104,7 @@ def geometry_table(config: RegimeConfig) -> pd.DataFrame:
                     continue
                 for seed in range(config.seeds):
                     Z = synthetic_embeddings("low_rank", T, d, seed, rank=rank)
-                    costs = {p: _solve_row(Z, p, "nuclear", True, config.kappa, "auto")
+                    costs = {p: solve_row(Z, p, "nuclear", True, config.kappa, "auto")
                              for p in ("sink", "diagonal")}  # fmt: skip
                     sink, diagonal = costs["sink"]["cost"], costs["diagonal"]["cost"]
                     exact, predicted = winner(sink, diagonal), predicted_winner(T, rank)
