@@ -67,7 +67,7 @@ class Mutant:
 
 MUTANTS = (
     # issue 25's four survivors
-    Mutant(f"{CAPTURE}/attention.py", "diagonal(offset=-1 if start == 0 else 0,", "diagonal(offset=-1 if start == 0 else 1,",
+    Mutant(f"{CAPTURE}/blocks.py", "diagonal(offset=-1 if start == 0 else 0,", "diagonal(offset=-1 if start == 0 else 1,",
            "rows path: previous-token entry off by one in query blocks after the first"),
     Mutant(f"{STATISTICS}/switch_counts.py", "self._value_norms[layer], rows.hard_sink, rows.start",
            "self._value_norms[layer], rows.hard_diag, rows.start", "switch table built from hard_diag, not hard_sink"),
@@ -76,16 +76,16 @@ MUTANTS = (
     Mutant(f"{STATISTICS}/pattern_scores.py", "if row_error > 1e-4 or upper > 1e-6:", "if row_error > 1e-4 and upper > 1e-6:",
            "the not-a-causal-softmax guard needs both conditions"),
     # capture/
-    Mutant(f"{CAPTURE}/attention.py", "entropy = total.squeeze(-1).log() - torch.einsum(",
+    Mutant(f"{CAPTURE}/blocks.py", "entropy = total.squeeze(-1).log() - torch.einsum(",
            "entropy = total.squeeze(-1).log() + torch.einsum(", "block path: wrong sign in the row entropy"),
-    Mutant(f"{CAPTURE}/attention.py", "columns[..., :stop] += probs.sum(-2)", "columns[..., :stop] = probs.sum(-2)",
+    Mutant(f"{CAPTURE}/blocks.py", "columns[..., :stop] += probs.sum(-2)", "columns[..., :stop] = probs.sum(-2)",
            "rows path: column sums of the last query block only"),
-    Mutant(f"{CAPTURE}/attention.py", "best_logit = torch.where(use_sink, logits[..., 0], corner.diagonal(dim1=-2, dim2=-1))",
+    Mutant(f"{CAPTURE}/blocks.py", "best_logit = torch.where(use_sink, logits[..., 0], corner.diagonal(dim1=-2, dim2=-1))",
            "best_logit = torch.where(use_sink, corner.diagonal(dim1=-2, dim2=-1), logits[..., 0])",
            "rows path: log-normaliser from the wrong entry"),
-    Mutant(f"{CAPTURE}/attention.py", "prev[..., 1:] = entries(k[:, :, :-1], slice(1, None))",
+    Mutant(f"{CAPTURE}/fused.py", "prev[..., 1:] = entries(k[:, :, :-1], slice(1, None))",
            "prev[..., 1:] = entries(k[:, :, 1:], slice(1, None))", "fused path: previous-token entry is the diagonal"),
-    Mutant(f"{CAPTURE}/attention.py", "corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(1), floor)",
+    Mutant(f"{CAPTURE}/blocks.py", "corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(1), floor)",
            "corner.masked_fill_(torch.ones(Q, Q, dtype=torch.bool, device=query.device).triu(2), floor)",
            "block path: each query also sees the next key"),
     Mutant(f"{CAPTURE}/feed.py", "return norms.repeat_interleave(self.group, dim=-2)",

@@ -280,6 +280,7 @@ def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements:
     with the CPU block budget `block_elements` if given. Returns the run, the path of every attention call and the
     first query of every block the feed received from the block path."""
     import sinkscope.capture.attention as attention
+    import sinkscope.capture.blocks as blocks
     from sinkscope.capture.feed import Feed
     from sinkscope.pipelines.analysis import analyze
 
@@ -299,7 +300,7 @@ def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements:
         patch.setattr(attention, "attention_path", spy)
         patch.setattr(Feed, "on_block", block_spy)
         if block_elements is not None:
-            patch.setattr(attention, "BLOCK_ELEMENTS", block_elements)
+            patch.setattr(blocks, "BLOCK_ELEMENTS", block_elements)
         if path == "fused":
             patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
         run = analyze(lm, windows, config, progress=False)

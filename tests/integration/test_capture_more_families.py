@@ -22,6 +22,7 @@ import torch
 import transformers as tf
 
 import sinkscope.capture.attention as attention
+import sinkscope.capture.blocks as blocks
 from sinkscope.capture.feed import Feed
 from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.corpus.windows import TokenWindows
@@ -190,7 +191,7 @@ def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
         taken.append(chosen)
         return chosen
 
-    monkeypatch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     monkeypatch.setattr(attention, "attention_path", spy)
     if path == "fused":
         monkeypatch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
@@ -423,7 +424,7 @@ def test_learned_sink_columns_equal_the_eager_softmax_with_its_sink_column(monke
     on_sink = Feed.on_learned_sink
     monkeypatch.setattr(Feed, "on_learned_sink", lambda self, layer, start, mass: starts.append(start) or
                         on_sink(self, layer, start, mass))  # fmt: skip
-    monkeypatch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     run = analyze(lm, TokenWindows(token_windows(), batch_size=BATCH), CONFIG, progress=False)
     assert len(set(starts)) > 2, "the learned-sink path ran in one block"
     assert lm.model.config._attn_implementation == "eager"  # as loaded: transformers has no sdpa path for it

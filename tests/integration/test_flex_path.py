@@ -13,6 +13,7 @@ import torch
 
 import sinkscope
 import sinkscope.capture.attention as attention
+import sinkscope.capture.blocks as blocks
 from sinkscope.capture import flex
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
@@ -95,7 +96,7 @@ def test_a_failed_flex_kernel_falls_back_to_the_rows_path_once_with_a_warning(mo
     q, k, v = (torch.randn(1, 2, 9, 8, generator=g) for _ in range(3))
     with pytest.warns(RuntimeWarning, match="flex_attention kernels unavailable .*no Triton here.*rows path"):
         out, rows = attention._layer_rows("flex", q, k, v, 8**-0.5)
-    expected_out, expected_rows_ = attention.row_attention(q, k, v, 8**-0.5)
+    expected_out, expected_rows_ = blocks.row_attention(q, k, v, 8**-0.5)
     torch.testing.assert_close(out, expected_out)
     torch.testing.assert_close(rows.columns, expected_rows_.columns)
     assert attention._flex_failed and calls == [1]
@@ -103,10 +104,10 @@ def test_a_failed_flex_kernel_falls_back_to_the_rows_path_once_with_a_warning(mo
 
 def test_device_blocks_are_hundreds_of_rows_where_the_cpu_takes_one():
     """Issue 23's case: B = 64, H = 9, T = 1024 gave one query row per block on CUDA (1024 blocks per layer)."""
-    assert attention.block_rows(64, 9, 1024, attention.block_elements(torch.device("cpu"))) == 1
-    assert attention.block_rows(64, 9, 1024, attention.block_elements(torch.device("cuda", 0))) == 113
-    assert attention.block_rows(2, 9, 4096, attention.block_elements(torch.device("cuda", 0))) == 910
-    assert attention.block_rows(1, 1, 64, attention.block_elements(torch.device("cuda", 0))) == 64
+    assert blocks.block_rows(64, 9, 1024, blocks.block_elements(torch.device("cpu"))) == 1
+    assert blocks.block_rows(64, 9, 1024, blocks.block_elements(torch.device("cuda", 0))) == 113
+    assert blocks.block_rows(2, 9, 4096, blocks.block_elements(torch.device("cuda", 0))) == 910
+    assert blocks.block_rows(1, 1, 64, blocks.block_elements(torch.device("cuda", 0))) == 64
 
 
 SOURCE = Path(sinkscope.__file__).parent
@@ -133,7 +134,7 @@ def test_no_host_read_inside_a_forward_pass_on_the_device_paths(path, monkeypatc
             return _original(self, *a, **kw)
 
         monkeypatch.setattr(torch.Tensor, name, spy)
-    monkeypatch.setattr(attention, "host_reads_are_cheap", lambda device: False)
+    monkeypatch.setattr(blocks, "host_reads_are_cheap", lambda device: False)
     route = attention.attention_path
     monkeypatch.setattr(attention, "attention_path", lambda *a: "blocks" if path == "blocks" else
                         ("flex" if route(*a) != "blocks" else "blocks"))  # fmt: skip

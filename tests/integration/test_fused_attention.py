@@ -12,6 +12,7 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 import sinkscope.capture.attention as attention
+import sinkscope.capture.blocks as blocks
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
@@ -73,7 +74,7 @@ def test_row_attention_takes_logsumexp_where_neither_candidate_key_holds_mass(mo
     calls = []
     logsumexp = torch.logsumexp
     monkeypatch.setattr(torch, "logsumexp", lambda *a, **kw: calls.append(1) or logsumexp(*a, **kw))
-    out, rows = attention.row_attention(q, k, v, D**-0.5)
+    out, rows = blocks.row_attention(q, k, v, D**-0.5)
     A = softmax_maps(q, k, D**-0.5)
     t = torch.arange(n)
     assert calls and (A[..., 8:, 0].amax() < 1e-30) and (A[..., t[8:], t[8:]].amax() < 1e-30)

@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 
 import sinkscope.capture.attention as attention
+import sinkscope.capture.blocks as block_path
 from sinkscope.statistics.window_evidence import WindowEvidence
 
 from . import test_window_evidence as evidence_test
@@ -25,7 +26,7 @@ def test_window_evidence_over_uneven_blocks_equals_eager_loops(name, path, monke
         on_query_block(self, layer, rows)
 
     monkeypatch.setattr(WindowEvidence, "on_query_block", spy)
-    monkeypatch.setattr(attention, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
+    monkeypatch.setattr(block_path, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     if path == "blocks":
         monkeypatch.setattr(attention, "attention_path", lambda *a, **k: "blocks")
     evidence_test.test_window_evidence_equals_eager_loops(name)

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import sinkscope.capture.attention as attention
+import sinkscope.capture.blocks as blocks
 from sinkscope.capture import flex
 from sinkscope.capture.feed import Feed
 from sinkscope.models.families import family_for
@@ -68,7 +69,7 @@ def the_cuda_path(monkeypatch, counter: list[DispatchCounter], path: str = "flex
         return call
 
     monkeypatch.setattr(flex, "_kernels", lambda device_type: tuple(one_kernel(f) for f in eager))
-    monkeypatch.setattr(attention, "host_reads_are_cheap", lambda device: False)
+    monkeypatch.setattr(blocks, "host_reads_are_cheap", lambda device: False)
     route = attention.attention_path
     monkeypatch.setattr(attention, "attention_path", lambda *a: "blocks" if route(*a) == "blocks" else path)
 

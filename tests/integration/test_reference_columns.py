@@ -205,11 +205,11 @@ def test_every_column_on_cuda_equals_the_eager_reference(name, path, monkeypatch
     budget. The reference is the CPU float64 one."""
     import copy
 
-    import sinkscope.capture.attention as attention
+    import sinkscope.capture.blocks as blocks
 
     lm, ref = model_and_reference(name)
     lm = dataclasses.replace(lm, model=copy.deepcopy(lm.model).to("cuda"))
-    monkeypatch.setattr(attention, "DEVICE_BLOCK_ELEMENTS", BLOCK_ELEMENTS, raising=False)
+    monkeypatch.setattr(blocks, "DEVICE_BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     run, taken, _ = analyze_on_path(lm, TokenWindows(token_windows(), batch_size=BATCH), CONFIG, path, monkeypatch)
     expected = {"blocks"} if path == "blocks" or name in BLOCKS_ONLY else {"flex", "blocks"}
     assert set(taken) <= expected and (path == "blocks" or name in BLOCKS_ONLY or "flex" in taken), taken

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sinkscope.capture.attention import blocked_attention
+from sinkscope.capture.blocks import blocked_attention
 
 
 def reference(query, key, value, mask, scaling, softcap):
@@ -33,7 +33,7 @@ def test_blocked_attention_matches_softmax(monkeypatch, kv, softcap, mask_kind):
         mask = torch.zeros(B, 1, T, T).masked_fill(~window, torch.finfo(torch.float32).min)
         allowed = window
     probs_ref, out_ref = reference(q, k, v, allowed, 0.3, softcap)
-    monkeypatch.setattr("sinkscope.capture.attention.BLOCK_ELEMENTS", B * H * T * 3)  # blocks of 3 queries
+    monkeypatch.setattr("sinkscope.capture.blocks.BLOCK_ELEMENTS", B * H * T * 3)  # blocks of 3 queries
     seen = []
 
     def on_block(start, probs, entropy, out):

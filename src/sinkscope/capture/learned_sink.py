@@ -4,7 +4,7 @@ nothing to the output.
 For query t of head h, `[A[t,0], …, A[t,t], m_t] = softmax([S[t,0], …, S[t,t], σ_h])` with logits `S[t,j] = s q_t·k_j`
 and `σ_h` the head's learned sink logit; the output is `o_t = Σ_j A[t,j] v_j` (the sink column has no value), so
 the rows of A sum to `1 − m_t`. This is what the model's own eager attention computes; it returns A without the
-sink column. `learned_sink_attention` computes it in query blocks, like `capture.attention.blocked_attention`, and
+sink column. `learned_sink_attention` computes it in query blocks, like `capture.blocks.blocked_attention`, and
 hands each block and its sink column `m` to the caller.
 """
 
