@@ -13,8 +13,8 @@ import torch
 from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction import report
 from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.cost_section import cost_theory
 from sinkscope.reproduction.judge import corpus_verdicts, cost_layers_verdict
-from sinkscope.reproduction.run import cost_theory
 from sinkscope.reproduction.sink_query import same_head_cells
 
 W, L, H, KV, T = 8, 4, 2, 1, 16

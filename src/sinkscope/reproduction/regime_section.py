@@ -1,4 +1,5 @@
-"""The bigram-backcopy regime map of section 4: which mechanism small models learn with and without BOS.
+"""`reproduce`'s regime section: the bigram-backcopy regime map of section 4 (which mechanism small models learn
+with and without BOS), trained or read for the judge. The map itself is `synthetic.regimes`.
 
 Calls the regime map of `sinkscope train-bb --grid regimes` (`sinkscope.synthetic.regimes.run_regimes`) with its
 quick grid (2 initialisations × BOS on/off × 3 seeds, 1000 steps each). `reproduce --quick` does not train them:

@@ -1,0 +1,138 @@
+"""One model's reproduction as a plan: its sections (`reproduction.sections`), declared before anything runs, in
+the order they are computed, and the one walk over them that computes each section at most once.
+
+`model_plan` builds the sections; `walk` reuses every section whose directory holds its key, computes the others
+(loading the model only when the first one must be computed) and reads each back; `ModelPlan.measurements` hands
+what was read to the judge as one `judge.Measurements`, so the judge reads evidence and calls no pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from sinkscope.reproduction.config import ANCHOR_CORPORA, ReproduceConfig
+from sinkscope.reproduction.cost_section import cost_layers_section
+from sinkscope.reproduction.evidence import DELTA_SCALES
+from sinkscope.reproduction.files import is_fresh, log, write_key
+from sinkscope.reproduction.judge import Measurements
+from sinkscope.reproduction.sections import (
+    Section,
+    ablation_section,
+    analysis_section,
+    certificates_section,
+    evidence_section,
+    sink_query_section,
+    switch_section,
+    weights_section,
+)
+
+if TYPE_CHECKING:
+    from sinkscope.models.load import LoadedModel
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model's sections, named by the evidence each gives (the fields of `judge.Measurements`)."""
+
+    analyses: dict[str, Section]  # corpus -> analyze run: the main corpora (with smoothing), then the anchors
+    ablations: tuple[Section, ...]  # zeroed heads, heads moved to BOS
+    sink_queries: Section
+    switch: dict[str, Section]  # main corpus -> switch curves and routes
+    costs: Section
+    weights: Section
+    evidence: dict[str, Section]  # every analysed corpus -> per-window sums
+    certificates: Section
+
+    def in_order(self) -> list[Section]:
+        """The sections in the order they are computed: analyses, ablations, sink queries, switch, costs, weights,
+        evidence, certificates (the model's passes before the half-space programs, the slowest part)."""
+        return [*self.analyses.values(), *self.ablations, self.sink_queries, *self.switch.values(), self.costs,
+                self.weights, *self.evidence.values(), self.certificates]  # fmt: skip
+
+    def measurements(self, read: dict[Path, Any]) -> Measurements:
+        """The judge's evidence from `read` (section directory -> what its `load` returned)."""
+
+        def by_corpus(sections: dict[str, Section]) -> dict[str, Any]:
+            return {corpus: read[section.directory] for corpus, section in sections.items()}
+
+        certificates, alignment = read[self.certificates.directory]
+        ablation = pd.concat([read[section.directory] for section in self.ablations], ignore_index=True)
+        return Measurements(runs=by_corpus(self.analyses), ablation=ablation, costs=read[self.costs.directory],
+                            weights=read[self.weights.directory], evidence=by_corpus(self.evidence),
+                            certificates=certificates, alignment=alignment,
+                            sink_queries=read[self.sink_queries.directory], switch=by_corpus(self.switch))  # fmt: skip
+
+
+def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
+    """Every section of model `name` under `out/MODEL/`: an analysis per main corpus (with smoothing) and per
+    anchor corpus not among them; the ablations on the first corpus, ranked by its analysis; switch evidence per
+    main corpus; layer costs; weight spectra; per-window evidence per analysed corpus (δ × ½, 1, 2 on the main
+    corpora unless `quick`, δ alone on the anchors); certificates."""
+    main = config.corpora
+    analyses = {corpus: analysis_section(name, config, out, corpus, smoothing=True) for corpus in main}
+    for corpus in ANCHOR_CORPORA:
+        if corpus not in analyses:
+            analyses[corpus] = analysis_section(name, config, out, corpus, smoothing=False)
+    scores = analyses[main[0]]
+    scales = (1.0,) if config.quick else DELTA_SCALES  # --quick: no δ sensitivity, one pass per corpus
+    return ModelPlan(
+        analyses=analyses,
+        ablations=tuple(ablation_section(name, config, out, scores, mode) for mode in ("zero", "bos")),
+        sink_queries=sink_query_section(name, config, out, scores),
+        switch={corpus: switch_section(name, config, out, corpus) for corpus in main},
+        costs=cost_layers_section(name, config, out),
+        weights=weights_section(name, config, out),
+        evidence={corpus: evidence_section(name, config, out, corpus, scales if corpus in main else (1.0,))
+                  for corpus in analyses},  # fmt: skip
+        certificates=certificates_section(name, config, out),
+    )
+
+
+@dataclass
+class Walked:
+    """What one walk did: each section read back (by directory), the seconds of those it computed (by label,
+    in order), and the labels of those it reused."""
+
+    read: dict[Path, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    reused: list[str] = field(default_factory=list)
+
+
+def walk(name: str, sections: list[Section], open_model: Callable[[], LoadedModel]) -> Walked:
+    """Reuse each section whose directory holds its key, else compute it (`compute` writes the directory whole,
+    then the key is stamped), and read each back. `open_model` is called once, before the first computed
+    section, and never when every section is reused."""
+    walked, lm = Walked(), None
+    for section in sections:
+        if is_fresh(section.directory, section.key):
+            log(f"{name}: {section.label}: reusing {section.directory}")
+            walked.reused.append(section.label)
+        else:
+            log(f"{name}: {section.label}: computing")
+            started = time.perf_counter()
+            if lm is None:
+                lm = open_model()
+            section.compute(lm, section.directory)
+            write_key(section.directory, section.key)
+            walked.seconds[section.label] = seconds = time.perf_counter() - started
+            log(f"{name}: {section.label}: done in {seconds:.0f} s")
+        walked.read[section.directory] = section.load(section.directory)
+    return walked
+
+
+def model_opener(name: str, config: ReproduceConfig) -> Callable[[], LoadedModel]:
+    """Loads model `name` with the config's device and dtype when called (`models.load.load_model`)."""
+
+    def open_model() -> LoadedModel:
+        from sinkscope.models.load import load_model
+
+        log(f"{name}: loading the model")
+        return load_model(name, device=config.device, dtype=config.dtype)
+
+    return open_model
