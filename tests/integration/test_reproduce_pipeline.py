@@ -5,10 +5,11 @@ from html import unescape
 
 import pytest
 
-from sinkscope.reproduction.claims import CLAIMS, VERDICTS
+from sinkscope.reproduction.claim_texts import CLAIMS
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.files import KEY_FILE
 from sinkscope.reproduction.run import reproduce
+from sinkscope.reproduction.verdicts import VERDICTS
 
 from .tiny_checkpoint import save_tiny_llama
 

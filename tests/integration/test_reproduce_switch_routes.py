@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.reproduction.claims import GRID, TAU_CURVE
+from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
 from sinkscope.reproduction.switch_evidence import switch_evidence
 from sinkscope.statistics.window_evidence import control_positions
 

@@ -10,7 +10,8 @@ import pytest
 
 from sinkscope.cli.main import main
 from sinkscope.models.load import embedded_installed
-from sinkscope.reproduction.claims import CLAIMS, NOT_MEASURABLE
+from sinkscope.reproduction.claim_texts import CLAIMS
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE
 
 pytestmark = [
     pytest.mark.slow,

@@ -7,11 +7,44 @@ import math
 import numpy as np
 import pytest
 
-from sinkscope.reproduction import claims as c
 from sinkscope.reproduction import verdicts as v
+from sinkscope.reproduction.ablation_claims import (
+    ABLATION,
+    ablation_verdict,
+    dormant_curve,
+    sink_ablation_verdict,
+)
+from sinkscope.reproduction.claim_texts import CLAIMS, with_claim_text
+from sinkscope.reproduction.cost_claims import (
+    COST_CLOSED,
+    COST_REAL,
+    cost_closed_forms_verdict,
+    cost_real_verdict,
+)
+from sinkscope.reproduction.geometry_claims import (
+    GEOMETRY,
+    REPRESENTABILITY,
+    geometry_verdict,
+    representability_verdict,
+)
+from sinkscope.reproduction.regime_claims import REGIMES, regimes_verdict
+from sinkscope.reproduction.sink_rate_claims import GU, gu_sink_rate_verdict
+from sinkscope.reproduction.smoothing_claims import OVERSMOOTHING, oversmoothing_verdict
+from sinkscope.reproduction.strata import middle_layers
+from sinkscope.reproduction.switch_claims import (
+    ROUTE_CLAIM,
+    SWITCH,
+    TAU_CURVE,
+    VALUE_DRAIN,
+    mlp_like_verdict,
+    switch_routes_verdict,
+    switch_verdict,
+    value_drain_verdict,
+)
+from sinkscope.reproduction.weight_claims import WEIGHTS_ALIGNMENT, WEIGHTS_LOW_RANK, weights_verdict
 
 M = "m"
-S, P, N, NM, D = c.SUPPORTED, c.PARTLY, c.NOT_SUPPORTED, c.NOT_MEASURABLE, c.DESCRIPTIVE
+S, P, N, NM, D = v.SUPPORTED, v.PARTLY, v.NOT_SUPPORTED, v.NOT_MEASURABLE, v.DESCRIPTIVE
 
 
 def verdicts(*results):
@@ -81,7 +114,7 @@ def test_descriptive_and_exact_claims():
 
 
 def test_records_are_json_ready_and_carry_the_claim_text():
-    record = c.with_claim_text(c.switch_verdict(M, np.zeros((8, 3, len(c.TAU_CURVE), 4))).to_dict())
+    record = with_claim_text(switch_verdict(M, np.zeros((8, 3, len(TAU_CURVE), 4))).to_dict())
     assert json.loads(json.dumps(record)) == record
     assert {"paper_claim", "test", "why_strongest", "control", "table", "interval", "sensitivity"} <= set(record)
     with pytest.raises(ValueError):
@@ -92,9 +125,9 @@ def test_records_are_json_ready_and_carry_the_claim_text():
 
 
 def test_middle_layers():
-    assert c.middle_layers(9) == [2, 3, 4, 5, 6]
-    assert c.middle_layers(1) == [0]
-    assert c.middle_layers(2) == [1]  # fallback when no layer lies in [1/4, 3/4] of depth
+    assert middle_layers(9) == [2, 3, 4, 5, 6]
+    assert middle_layers(1) == [0]
+    assert middle_layers(2) == [1]  # fallback when no layer lies in [1/4, 3/4] of depth
 
 
 def test_geometry():
@@ -104,13 +137,13 @@ def test_geometry():
     some[:, [2, 3]] = tokens  # 2 of 5 middle layers hold
 
     def run(z, h, control=none):
-        return c.geometry_verdict(M, {"z": z, "z_control": control, "h": h, "h_control": none}, tokens)
+        return geometry_verdict(M, {"z": z, "z_control": control, "h": h, "h_control": none}, tokens)
 
     result = run(full, full)
     assert result.verdict == S and result.evidence["control_layers_holding_z"] == 0.0
     # h alone holding is partly; a layer where the random token holds too does not count (z here)
     assert verdicts(run(some, some), run(full, none), run(none, none), run(full, full, control=full)) == [P, P, N, P]
-    assert c.geometry_verdict(M, {}, tokens).verdict == NM
+    assert geometry_verdict(M, {}, tokens).verdict == NM
     # The middle band is a threshold: holding layers 1..3 only is supported at a band of depth 0.1 … 0.4? no —
     # the band moves with middle_margin, and the sensitivity records it.
     assert {r["threshold"] for r in result.sensitivity} >= {"middle_margin"}
@@ -121,18 +154,18 @@ def test_representability():
         return [{"layer": i, "n_contexts": n, "h1": True, "h2": h2, "gamma2_rel": bos,
                  "control_gamma2_rel": list(np.linspace(0.1, 0.3, controls))} for i in range(count)]  # fmt: skip
 
-    result = c.representability_verdict(M, layers(True, 0.5), width=10)
+    result = representability_verdict(M, layers(True, 0.5), width=10)
     assert result.verdict == S and result.evidence["bos_rank"] == [1] * 5
     assert verdicts(
-        c.representability_verdict(M, layers(True, 0.2), width=10),  # passes, but no better than random tokens
-        c.representability_verdict(M, layers(False, 0.0), width=10),
-        c.representability_verdict(M, layers(True, 0.5, n=10), width=10),
-        c.representability_verdict(M, layers(True, 0.5, controls=3), width=10),
-        c.representability_verdict(M, layers(True, 0.5, count=3), width=10),
-        c.representability_verdict(M, [], width=10),
+        representability_verdict(M, layers(True, 0.2), width=10),  # passes, but no better than random tokens
+        representability_verdict(M, layers(False, 0.0), width=10),
+        representability_verdict(M, layers(True, 0.5, n=10), width=10),
+        representability_verdict(M, layers(True, 0.5, controls=3), width=10),
+        representability_verdict(M, layers(True, 0.5, count=3), width=10),
+        representability_verdict(M, [], width=10),
     ) == [P, N, NM, NM, NM, NM]
-    assert "not larger than the model width" in c.representability_verdict(M, layers(True, 1, n=8), 10).reason
-    assert c.representability_verdict(M, layers(True, 0.5, controls=3), 10).reason.startswith("too few control")
+    assert "not larger than the model width" in representability_verdict(M, layers(True, 1, n=8), 10).reason
+    assert representability_verdict(M, layers(True, 0.5, controls=3), 10).reason.startswith("too few control")
 
 
 def test_oversmoothing():
@@ -140,20 +173,20 @@ def test_oversmoothing():
     rise, flat = np.full(50, 0.1), np.zeros(50)
     tenth = np.where(np.arange(50) % 10 == 0, 0.1, 0.0)
     dense = np.ones(50, bool)
-    result = c.oversmoothing_verdict(M, rise, dense, layers)
+    result = oversmoothing_verdict(M, rise, dense, layers)
     assert result.verdict == S and result.interval["over"] == "heads (within strata)"
     assert verdicts(
-        c.oversmoothing_verdict(M, np.where(np.arange(50) % 10 < 6, 0.1, 0.0), dense, layers),
-        c.oversmoothing_verdict(M, tenth, dense, layers),
-        c.oversmoothing_verdict(M, flat, dense, layers),  # the predictor says "smooths": it does not decide
-        c.oversmoothing_verdict(M, rise[:5], dense[:5], layers[:5]),
+        oversmoothing_verdict(M, np.where(np.arange(50) % 10 < 6, 0.1, 0.0), dense, layers),
+        oversmoothing_verdict(M, tenth, dense, layers),
+        oversmoothing_verdict(M, flat, dense, layers),  # the predictor says "smooths": it does not decide
+        oversmoothing_verdict(M, rise[:5], dense[:5], layers[:5]),
     ) == [P, N, N, NM]
 
 
 def switch_curve(at_tau, W=8):
     """Per-window counts (W, 3, K, 4): `at_tau(k)` gives the 2×2 at τ index k (same at every δ scale)."""
-    counts = np.zeros((W, 3, len(c.TAU_CURVE), 4))
-    for k in range(len(c.TAU_CURVE)):
+    counts = np.zeros((W, 3, len(TAU_CURVE), 4))
+    for k in range(len(TAU_CURVE)):
         counts[:, :, k] = at_tau(k)
     return counts
 
@@ -163,21 +196,21 @@ def test_switch():
     def crossing(k):
         return [10, 0, 0, 20] if k == 4 else [2, 0, 8, 20] if k < 4 else [10, 8, 0, 12]
 
-    result = c.switch_verdict(M, switch_curve(crossing))
-    assert result.verdict == S and result.evidence["tau_best"] == c.TAU_CURVE[4]
+    result = switch_verdict(M, switch_curve(crossing))
+    assert result.verdict == S and result.evidence["tau_best"] == TAU_CURVE[4]
     assert result.evidence["p_off_given_nosink_at_best"] == 0.0  # the control
     assert verdicts(
-        c.switch_verdict(M, switch_curve(lambda k: [6, 4, 4, 20])),  # 0.6 both ways at every τ
-        c.switch_verdict(M, switch_curve(lambda k: [1, 9, 9, 20])),
-        c.switch_verdict(M, switch_curve(lambda k: [0, 0, 5, 10])),
+        switch_verdict(M, switch_curve(lambda k: [6, 4, 4, 20])),  # 0.6 both ways at every τ
+        switch_verdict(M, switch_curve(lambda k: [1, 9, 9, 20])),
+        switch_verdict(M, switch_curve(lambda k: [0, 0, 5, 10])),
     ) == [P, N, NM]
     # The δ axis: at twice δ the crossing point holds, at δ it does not.
     counts = switch_curve(lambda k: [6, 4, 4, 20])
     counts[:, 2] = switch_curve(crossing)[:, 2]
-    moved = c.switch_verdict(M, counts)
+    moved = switch_verdict(M, counts)
     assert moved.verdict == P and "depends on delta" in moved.reason
     # One δ pass (--quick): δ cannot be varied; its sensitivity records say not measurable.
-    single = c.switch_verdict(M, switch_curve(crossing)[:, 1:2])
+    single = switch_verdict(M, switch_curve(crossing)[:, 1:2])
     assert single.verdict == S and {r["verdict"] for r in single.sensitivity if r["threshold"] == "delta"} == {NM}
 
 
@@ -189,13 +222,13 @@ def test_switch_routes():
         out[...] = row
         return out
 
-    result = c.switch_routes_verdict(M, counts([95, 2, 3, 0, 0, 0]), names, sinks)
+    result = switch_routes_verdict(M, counts([95, 2, 3, 0, 0, 0]), names, sinks)
     assert result.verdict == S and result.evidence["non_bos_route_frac"] == pytest.approx(0.02)
     assert result.evidence["non_bos_among_non_hard_sink"] == pytest.approx(0.4)
     assert verdicts(
-        c.switch_routes_verdict(M, counts([60, 20, 0, 20, 0, 0]), names, sinks),
-        c.switch_routes_verdict(M, counts([10, 60, 0, 20, 10, 0]), names, sinks),
-        c.switch_routes_verdict(M, counts([0, 0, 0, 0, 0, 0]), names, sinks),
+        switch_routes_verdict(M, counts([60, 20, 0, 20, 0, 0]), names, sinks),
+        switch_routes_verdict(M, counts([10, 60, 0, 20, 10, 0]), names, sinks),
+        switch_routes_verdict(M, counts([0, 0, 0, 0, 0, 0]), names, sinks),
     ) == [P, N, NM]
 
 
@@ -210,13 +243,13 @@ def test_value_drain_by_rank_correlation():
         out[:, :, 0] = sink
         return out
 
-    result = c.value_drain_verdict(M, drains(0.1, 1.0), hard, 63)
+    result = value_drain_verdict(M, drains(0.1, 1.0), hard, 63)
     assert result.verdict == S and result.evidence["rho_all_groups"] < -0.5
     assert result.evidence["median_drain_sink_groups"] == pytest.approx(0.1)
     assert verdicts(
-        c.value_drain_verdict(M, drains(0.8, 1.0), hard, 63),  # ranks agree, drain not small
-        c.value_drain_verdict(M, drains(1.5, 1.0), hard, 63),
-        c.value_drain_verdict(M, drains(0.1, 1.0), np.zeros((W, L, H)), 63),  # no head sinks: no spread
+        value_drain_verdict(M, drains(0.8, 1.0), hard, 63),  # ranks agree, drain not small
+        value_drain_verdict(M, drains(1.5, 1.0), hard, 63),
+        value_drain_verdict(M, drains(0.1, 1.0), np.zeros((W, L, H)), 63),  # no head sinks: no spread
     ) == [P, N, NM]
     # Simpson for drains: across layers sinking goes with small drains, within every layer the opposite.
     level, k = np.arange(L)[:, None], np.arange(KV)[None, :]
@@ -224,66 +257,66 @@ def test_value_drain_by_rank_correlation():
     within = np.zeros((W, L, H))
     within[:, :, ::2] = np.round(frac * 63)
     drain = np.broadcast_to(0.8 - 0.25 * level + 0.02 * k, (W, L, KV)) + rng.normal(0, 1e-3, (W, L, KV))
-    simpson = c.value_drain_verdict(M, drain, within, 63)
+    simpson = value_drain_verdict(M, drain, within, 63)
     assert simpson.evidence["rho_all_groups"] < -0.5 and simpson.evidence["rho_within_layers"] > 0.9
     assert simpson.verdict == P
     # One KV group per layer (Gemma-3): no within-layer correlation, still measurable.
-    single = c.value_drain_verdict(M, drains(0.1, 1.0)[:, :, :1] * np.arange(L, 0, -1)[None, :, None],
-                                   np.repeat(np.arange(L)[None, :, None] * 10.0, W, 0), 63)  # fmt: skip
+    single = value_drain_verdict(M, drains(0.1, 1.0)[:, :, :1] * np.arange(L, 0, -1)[None, :, None],
+                                 np.repeat(np.arange(L)[None, :, None] * 10.0, W, 0), 63)  # fmt: skip
     assert single.verdict == P and math.isnan(single.evidence["rho_within_layers"])
 
 
 def test_mlp_like_is_descriptive():
-    result = c.mlp_like_verdict(M, np.array([[1.0, 5.0]] * 8), queries=10)
+    result = mlp_like_verdict(M, np.array([[1.0, 5.0]] * 8), queries=10)
     assert result.verdict == D and result.evidence["max_layer_frac"] == 0.5 and result.interval["estimate"] == 0.5
-    assert c.mlp_like_verdict(M, np.zeros((0, 0)), 10).verdict == NM
+    assert mlp_like_verdict(M, np.zeros((0, 0)), 10).verdict == NM
 
 
 def test_sink_ablation_against_both_controls():
     rng = np.random.default_rng(0)
     W, D = 8, 20
     control = 1 + rng.normal(0, 0.05, (W, D))
-    result = c.sink_ablation_verdict(M, np.full(W, 0.1), control, control * 2)
+    result = sink_ablation_verdict(M, np.full(W, 0.1), control, control * 2)
     assert result.verdict == S and result.evidence["ratio_same_heads"] == pytest.approx(0.1, rel=0.05)
     assert result.interval["over"] == "windows × draws"
     assert verdicts(
-        c.sink_ablation_verdict(M, np.full(W, 0.7), control, control * 5),  # the larger ratio decides
-        c.sink_ablation_verdict(M, np.full(W, 3.0), control, control),
-        c.sink_ablation_verdict(M, np.full(W, 0.1), -control, control),  # the same-heads control lowers the loss
+        sink_ablation_verdict(M, np.full(W, 0.7), control, control * 5),  # the larger ratio decides
+        sink_ablation_verdict(M, np.full(W, 3.0), control, control),
+        sink_ablation_verdict(M, np.full(W, 0.1), -control, control),  # the same-heads control lowers the loss
     ) == [P, N, NM]
 
 
 def test_dormant_ablation():
     randoms = list(1 + np.random.default_rng(0).normal(0, 0.05, 20))
     assert verdicts(
-        c.ablation_verdict("dormant_heads", M, 0.1, randoms),
-        c.ablation_verdict("dormant_heads", M, 0.75, randoms),
-        c.ablation_verdict("dormant_heads", M, 3.0, randoms),
-        c.ablation_verdict("dormant_heads", M, 0.1, [-0.1] * 20),
-        c.ablation_verdict("dormant_heads", M, 0.1, randoms[:8]),  # too few draws
+        ablation_verdict("dormant_heads", M, 0.1, randoms),
+        ablation_verdict("dormant_heads", M, 0.75, randoms),
+        ablation_verdict("dormant_heads", M, 3.0, randoms),
+        ablation_verdict("dormant_heads", M, 0.1, [-0.1] * 20),
+        ablation_verdict("dormant_heads", M, 0.1, randoms[:8]),  # too few draws
     ) == [S, P, N, NM, NM]
-    assert c.ablation_verdict("dormant_heads", M, 0.1, randoms).interval["over"] == "random draws"
+    assert ablation_verdict("dormant_heads", M, 0.1, randoms).interval["over"] == "random draws"
 
 
 def test_dormant_curve():
-    curve = c.dormant_curve([0.05, 0.15, 0.45, 0.9, math.nan])
+    curve = dormant_curve([0.05, 0.15, 0.45, 0.9, math.nan])
     assert curve["0.1"] == 0.25 and curve["0.5"] == 0.75 and curve["0.8"] == 0.75
 
 
 def test_cost_claims():
     assert verdicts(
-        c.cost_closed_forms_verdict(M, 0.5, 1.0, 1e-9),
-        c.cost_closed_forms_verdict(M, 0.7, 1.0, 1e-9),
-        c.cost_closed_forms_verdict(M, 1.0, 0.5, 1e-9),
-        c.cost_closed_forms_verdict(M, math.nan, 1.0, 0.0),
+        cost_closed_forms_verdict(M, 0.5, 1.0, 1e-9),
+        cost_closed_forms_verdict(M, 0.7, 1.0, 1e-9),
+        cost_closed_forms_verdict(M, 1.0, 0.5, 1e-9),
+        cost_closed_forms_verdict(M, math.nan, 1.0, 0.0),
     ) == [S, P, N, NM]
     Ts = [8, 16, 32]
     assert verdicts(
-        c.cost_real_verdict(M, np.ones((6, 3)), Ts),
-        c.cost_real_verdict(M, np.tile([1.0, 1.0, 0.0], (6, 1)), Ts),  # one T loses everywhere
-        c.cost_real_verdict(M, np.zeros((6, 3)), Ts),
-        c.cost_real_verdict(M, np.zeros((0, 0)), Ts),
-        c.cost_real_verdict(M, np.ones((2, 3)), Ts),  # too few windows
+        cost_real_verdict(M, np.ones((6, 3)), Ts),
+        cost_real_verdict(M, np.tile([1.0, 1.0, 0.0], (6, 1)), Ts),  # one T loses everywhere
+        cost_real_verdict(M, np.zeros((6, 3)), Ts),
+        cost_real_verdict(M, np.zeros((0, 0)), Ts),
+        cost_real_verdict(M, np.ones((2, 3)), Ts),  # too few windows
     ) == [S, P, N, NM, NM]
 
 
@@ -294,9 +327,9 @@ def test_regimes_as_the_paper_states_them():
     both = {"gpt2": (cell(0.98, 0.0), cell(0.0, 0.1)), "pytorch": (cell(0.9, 0.0), cell(0.0, 0.9))}
     mixed = {"gpt2": (cell(0.98, 0.0), cell(0.0, 0.1)), "pytorch": (cell(0.37, 0.6), cell(0.0, 0.9))}
     none = {"gpt2": (cell(0.1, 0.0), cell(0.0, 0.1))}
-    partly = c.regimes_verdict(M, mixed)
+    partly = regimes_verdict(M, mixed)
     assert partly.verdict == P and partly.reason.startswith("init-dependent: a sink with BOS at gpt2 only")
-    assert verdicts(c.regimes_verdict(M, both), c.regimes_verdict(M, none), c.regimes_verdict(M, None, "no map")) == [
+    assert verdicts(regimes_verdict(M, both), regimes_verdict(M, none), regimes_verdict(M, None, "no map")) == [
         S, N, NM]
 
 
@@ -309,7 +342,7 @@ def test_weights_within_layers():
         return np.where(sink, sink_value, other_value) + rng.normal(0, 0.05, 40)
 
     def run(claim, data, flags=sink):
-        return c.weights_verdict(claim, M, data, flags, layers)
+        return weights_verdict(claim, M, data, flags, layers)
 
     assert verdicts(
         run("weights_low_rank", values(0.9, 4.0)),  # lower within layers and within rank_max × ½ of rank 1
@@ -326,10 +359,10 @@ def test_gu_sink_rate():
     W, L, H = 8, 2, 2
     high, low = np.full((W, L, H), 0.9), np.full((W, L, H), 0.01)
     assert verdicts(
-        c.gu_sink_rate_verdict(M, {"natural": high, "random": high, "repeat": high}),
-        c.gu_sink_rate_verdict(M, {"natural": high, "random": low, "repeat": high}),
-        c.gu_sink_rate_verdict(M, {"natural": low, "random": low, "repeat": low}),
-        c.gu_sink_rate_verdict(M, {"natural": high}),
+        gu_sink_rate_verdict(M, {"natural": high, "random": high, "repeat": high}),
+        gu_sink_rate_verdict(M, {"natural": high, "random": low, "repeat": high}),
+        gu_sink_rate_verdict(M, {"natural": low, "random": low, "repeat": low}),
+        gu_sink_rate_verdict(M, {"natural": high}),
     ) == [S, P, N, NM]
 
 
@@ -339,13 +372,13 @@ def test_the_docs_list_every_threshold_of_every_claim():
 
     text = (Path(__file__).parents[2] / "docs" / "reproduction.md").read_text()
     rows = {line.split("|")[2].strip().strip("`"): line for line in text.splitlines() if line.startswith("| ")}
-    thresholds = {"geometry": c.GEOMETRY, "representability": c.REPRESENTABILITY, "oversmoothing": c.OVERSMOOTHING,
-                  "switch": c.SWITCH, "switch_routes": c.ROUTE_CLAIM, "value_drain": c.VALUE_DRAIN,
-                  "sink_ablation": c.ABLATION, "dormant_heads": c.ABLATION, "cost_closed_forms": c.COST_CLOSED,
-                  "cost_real_layers": c.COST_REAL, "bigram_backcopy_regimes": c.REGIMES,
-                  "weights_low_rank": c.WEIGHTS_LOW_RANK, "weights_bos_alignment": c.WEIGHTS_ALIGNMENT,
-                  "gu_sink_rate": c.GU}  # fmt: skip
-    assert set(thresholds) == set(c.CLAIMS) - {"mlp_like"}
+    thresholds = {"geometry": GEOMETRY, "representability": REPRESENTABILITY, "oversmoothing": OVERSMOOTHING,
+                  "switch": SWITCH, "switch_routes": ROUTE_CLAIM, "value_drain": VALUE_DRAIN,
+                  "sink_ablation": ABLATION, "dormant_heads": ABLATION, "cost_closed_forms": COST_CLOSED,
+                  "cost_real_layers": COST_REAL, "bigram_backcopy_regimes": REGIMES,
+                  "weights_low_rank": WEIGHTS_LOW_RANK, "weights_bos_alignment": WEIGHTS_ALIGNMENT,
+                  "gu_sink_rate": GU}  # fmt: skip
+    assert set(thresholds) == set(CLAIMS) - {"mlp_like"}
     for claim, names in thresholds.items():
         for name in names:
             assert f"`{name}`" in rows[claim], (claim, name)

@@ -9,14 +9,25 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
-from sinkscope.reproduction import claims as c
 from sinkscope.reproduction import verdicts as v
+from sinkscope.reproduction.ablation_claims import sink_ablation_verdict
+from sinkscope.reproduction.cost_claims import cost_real_verdict
+from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
+from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
+from sinkscope.reproduction.smoothing_claims import oversmoothing_verdict
 from sinkscope.reproduction.strata import (
     rowwise_spearman,
     stratified_difference,
     within_layer_permutation_p,
     within_layer_spearman,
 )
+from sinkscope.reproduction.switch_claims import (
+    TAU_CURVE,
+    switch_routes_verdict,
+    switch_verdict,
+    value_drain_verdict,
+)
+from sinkscope.reproduction.weight_claims import weights_verdict
 
 M = "m"
 S, P, N, NM = v.SUPPORTED, v.PARTLY, v.NOT_SUPPORTED, v.NOT_MEASURABLE
@@ -36,8 +47,8 @@ def test_too_few_units_is_not_measurable_with_the_minimum_stated():
     with pytest.raises(ValueError, match="stated minimum"):
         v.judge("x", M, {"values": values}, mean_effect, lambda e, th: S, {}, over="windows")
     # The claims state theirs: an ablation needs 8 windows and 20 draws (--quick has 2 and 2).
-    few_windows = c.sink_ablation_verdict(M, np.zeros(2), np.ones((2, 20)), np.ones((2, 20)))
-    few_draws = c.sink_ablation_verdict(M, np.zeros(8), np.ones((8, 2)), np.ones((8, 2)))
+    few_windows = sink_ablation_verdict(M, np.zeros(2), np.ones((2, 20)), np.ones((2, 20)))
+    few_draws = sink_ablation_verdict(M, np.zeros(8), np.ones((8, 2)), np.ones((8, 2)))
     assert few_windows.reason.startswith("too few windows: 2") and few_draws.reason.startswith("too few draws: 2")
 
 
@@ -139,7 +150,7 @@ def test_a_joint_windows_by_draws_interval_is_wider_than_over_draws_alone():
     window_effect = rng.normal(0, 0.3, (10, 1))  # windows differ a lot, draws a little
     control = 1.0 + window_effect + rng.normal(0, 0.05, (10, 20))
     selected = 0.3 + rng.normal(0, 0.3, 10)
-    joint = c.sink_ablation_verdict(M, selected, control, control)
+    joint = sink_ablation_verdict(M, selected, control, control)
     draws_only = v.judge("x", M, {"c": control.mean(0)}, lambda u, th: {"ratio": selected.mean() / u["c"].mean()},
                          lambda e, th: S, {}, over="draws", min_units=20)  # fmt: skip
     width = joint.interval["high"] - joint.interval["low"]
@@ -167,10 +178,10 @@ def test_simpsons_paradox_pooled_wrong_stratified_right():
     difference, standardised, used = stratified_difference(values, is_sink, layers)
     assert used == 2 and difference == pytest.approx(-0.1, abs=0.01) and standardised < -3
     assert within_layer_permutation_p(values, is_sink, layers, greater=True, n_perm=200) > 0.9
-    result = c.weights_verdict("weights_bos_alignment", M, values, is_sink, layers)
+    result = weights_verdict("weights_bos_alignment", M, values, is_sink, layers)
     assert result.verdict == N and result.evidence["pooled_median_difference"] > 0
     assert result.evidence["effect_within_layers"] < 0
-    low_rank = c.weights_verdict("weights_low_rank", M, values, is_sink, layers)  # "sink lower": holds within
+    low_rank = weights_verdict("weights_low_rank", M, values, is_sink, layers)  # "sink lower": holds within
     # read as a rank, "sink lower" holds within layers (and the level 0.1–0.9 ≤ rank_max 2): supported
     assert low_rank.evidence["effect_within_layers"] > 3 and low_rank.verdict == S
 
@@ -191,20 +202,20 @@ def test_within_layer_rank_correlation():
 def _geometry():
     W, L, T = 10, 9, 10
     full = np.full((W, L), T)
-    return c.geometry_verdict(M, {"z": full, "z_control": np.zeros((W, L)), "h": full, "h_control": np.zeros((W, L))}, T)
+    return geometry_verdict(M, {"z": full, "z_control": np.zeros((W, L)), "h": full, "h_control": np.zeros((W, L))}, T)
 
 
 def _switch():
-    counts = np.zeros((10, 3, len(c.TAU_CURVE), 4))
+    counts = np.zeros((10, 3, len(TAU_CURVE), 4))
     counts[..., :] = [10, 0, 0, 20]
-    return c.switch_verdict(M, counts)
+    return switch_verdict(M, counts)
 
 
 def _routes():
     counts = np.zeros((10, 3, 3, 6))
     counts[..., 0] = 10
-    return c.switch_routes_verdict(M, counts, ["bos_sink", "cancellation", "bos_partial", "self", "low"],
-                                   [True, False, True, False, False])  # fmt: skip
+    return switch_routes_verdict(M, counts, ["bos_sink", "cancellation", "bos_partial", "self", "low"],
+                                 [True, False, True, False, False])  # fmt: skip
 
 
 def _drain():
@@ -214,19 +225,19 @@ def _drain():
     drains = np.ones((W, L, KV))
     drains[:, :, 0] = 0.1
     drains += np.random.default_rng(0).normal(0, 0.01, drains.shape)
-    return c.value_drain_verdict(M, drains, hard, 63)
+    return value_drain_verdict(M, drains, hard, 63)
 
 
 def _ablation():
     rng = np.random.default_rng(0)
-    return c.sink_ablation_verdict(M, np.full(10, 0.01), 1 + rng.normal(0, 0.1, (10, 20)),
-                                   1 + rng.normal(0, 0.1, (10, 20)))  # fmt: skip
+    return sink_ablation_verdict(M, np.full(10, 0.01), 1 + rng.normal(0, 0.1, (10, 20)),
+                                 1 + rng.normal(0, 0.1, (10, 20)))  # fmt: skip
 
 
 def _certificates():
     layers = [{"layer": i, "n_contexts": 100, "h1": True, "h2": True, "gamma2_rel": 0.9,
                "control_gamma2_rel": list(np.linspace(0.1, 0.4, 20))} for i in range(6)]  # fmt: skip
-    return c.representability_verdict(M, layers, width=10)
+    return representability_verdict(M, layers, width=10)
 
 
 def _weights(claim):
@@ -235,20 +246,20 @@ def _weights(claim):
     is_sink = np.tile(np.r_[np.ones(5), np.zeros(5)], 4).astype(bool)
     base = 1.0 if claim == "weights_low_rank" else 0.8
     values = np.where(is_sink, base, base + (3 if claim == "weights_low_rank" else -0.5)) + rng.normal(0, 0.05, 40)
-    return c.weights_verdict(claim, M, values, is_sink, layers)
+    return weights_verdict(claim, M, values, is_sink, layers)
 
 
 def _oversmoothing():
-    return c.oversmoothing_verdict(M, np.full(40, 0.1), np.ones(40, bool), np.repeat(np.arange(4), 10))
+    return oversmoothing_verdict(M, np.full(40, 0.1), np.ones(40, bool), np.repeat(np.arange(4), 10))
 
 
 def _cost():
-    return c.cost_real_verdict(M, np.ones((6, 3)), [8, 16, 32])
+    return cost_real_verdict(M, np.ones((6, 3)), [8, 16, 32])
 
 
 def _gu():
     high = np.full((10, 2, 2), 0.9)
-    return c.gu_sink_rate_verdict(M, {"natural": high, "random": high, "repeat": high})
+    return gu_sink_rate_verdict(M, {"natural": high, "random": high, "repeat": high})
 
 
 CONSTRUCTED = {"geometry": _geometry, "switch": _switch, "switch_routes": _routes, "value_drain": _drain,

@@ -1,6 +1,6 @@
 """The paper's claims as `sinkscope reproduce` checks them: the paper's words, the operational test and why it is
 the strongest fair one, the control, and the evidence table (tables/NAME.csv). No numbers: the decisions live
-in `reproduction.claims`, the judge in `reproduction.verdicts`."""
+in `reproduction.*_claims` (one module per concept), the judge in `reproduction.verdicts`."""
 
 from __future__ import annotations
 

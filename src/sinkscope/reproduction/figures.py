@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.reproduction.claims import middle_layers
+from sinkscope.reproduction.strata import middle_layers
 
 
 def _axes(n: int, width: float = 4.6, height: float = 3.2) -> tuple[Figure, list]:

@@ -1,4 +1,4 @@
-"""From the sections' tables to the numbers each verdict function takes (`reproduction.claims`), and the evidence
+"""From the sections' tables to the numbers each verdict function takes (`reproduction.*_claims`), and the evidence
 tables the report shows and links each verdict to. No model, no I/O: tables in, verdicts and tables out."""
 
 from __future__ import annotations
@@ -10,9 +10,25 @@ import numpy as np
 import pandas as pd
 
 from sinkscope.functional.switch_routes import ROUTES
-from sinkscope.reproduction import claims as c
+from sinkscope.reproduction.ablation_claims import ablation_verdict, dormant_curve, sink_ablation_verdict
 from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.cost_claims import cost_closed_forms_verdict, cost_real_verdict
 from sinkscope.reproduction.evidence import DELTA_SCALES
+from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
+from sinkscope.reproduction.regime_claims import regimes_verdict
+from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
+from sinkscope.reproduction.smoothing_claims import oversmoothing_verdict
+from sinkscope.reproduction.switch_claims import (
+    GRID,
+    TAU_CURVE,
+    mlp_like_verdict,
+    switch_curves,
+    switch_routes_verdict,
+    switch_verdict,
+    value_drain_verdict,
+)
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE, Verdict
+from sinkscope.reproduction.weight_claims import weights_verdict
 
 GEOMETRY_COLUMNS = ["layer", "bos_cos_mean_z", "bos_cos_max_z", "bos_cos_nonpos_frac_z", "bos_cos_mean_h",
                     "bos_cos_max_h", "bos_cos_nonpos_frac_h", "bos_norm_ratio_h", "gamma1", "gamma2", "sink_margin",
@@ -53,7 +69,7 @@ def _columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
 
 
 def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray], switch: dict[str, np.ndarray],
-                    T: int, seed: int) -> list[c.Verdict]:  # fmt: skip
+                    T: int, seed: int) -> list[Verdict]:  # fmt: skip
     """Sections 1–3 on one analysed corpus of windows of T tokens: geometry (z and h), oversmoothing, switch
     curves, switch routes, value drain and MLP-like layers from the per-window evidence and the run's smoothing
     columns."""
@@ -61,35 +77,35 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
     counts = {"z": arrays["nonpos"], "z_control": arrays["nonpos_control"]}
     if "nonpos_h" in switch:
         counts |= {"h": switch["nonpos_h"], "h_control": switch["nonpos_h_control"]}
-    out = [c.geometry_verdict(model, counts, T - 1, seed)]
+    out = [geometry_verdict(model, counts, T - 1, seed)]
     if "smooth_dcos_obs" in heads and "smooth_dense_more_measured" in heads:
         smooth = heads.dropna(subset=["smooth_dcos_obs"])
-        out.append(c.oversmoothing_verdict(model, smooth["smooth_dcos_obs"], smooth["smooth_dense_more_measured"]
-                                           .astype(bool), smooth["layer"], seed))  # fmt: skip
+        out.append(oversmoothing_verdict(model, smooth["smooth_dcos_obs"], smooth["smooth_dense_more_measured"]
+                                         .astype(bool), smooth["layer"], seed))  # fmt: skip
     else:
-        out.append(c.Verdict("oversmoothing", model, c.NOT_MEASURABLE, reason="no smoothing columns"))
+        out.append(Verdict("oversmoothing", model, NOT_MEASURABLE, reason="no smoothing columns"))
     tau, delta = run.meta["config"]["tau"], run.meta["config"]["delta"]
-    out.append(c.switch_verdict(model, switch["curve"], c.TAU_CURVE, delta, seed))
+    out.append(switch_verdict(model, switch["curve"], TAU_CURVE, delta, seed))
     names = [route.name for route in ROUTES]
     extra = {}
     if "route_bos_mass" in switch:  # the mean BOS mass of each route's queries at δ, τ
         counts, mass = switch["routes"][:, 1, 1].sum(0), switch["route_bos_mass"].sum(0)
         extra["mean_bos_mass"] = {name: float(m / n) if n else None for name, m, n in zip([*names, "unexplained"],
                                                                                           mass, counts)}  # fmt: skip
-    out.append(c.switch_routes_verdict(model, switch["routes"], names, [route.sink for route in ROUTES], tau, delta,
-                                       extra, seed))  # fmt: skip
-    out.append(c.value_drain_verdict(model, arrays["drain"], at_delta(arrays["hard_sink"]), T - 1, seed))
-    out.append(c.mlp_like_verdict(model, at_delta(arrays["mlp_like"]), T - 1, seed))
+    out.append(switch_routes_verdict(model, switch["routes"], names, [route.sink for route in ROUTES], tau, delta,
+                                     extra, seed))  # fmt: skip
+    out.append(value_drain_verdict(model, arrays["drain"], at_delta(arrays["hard_sink"]), T - 1, seed))
+    out.append(mlp_like_verdict(model, at_delta(arrays["mlp_like"]), T - 1, seed))
     return [replace(verdict, corpus=corpus) for verdict in out]
 
 
 def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], ablation: pd.DataFrame, seed: int
-                       ) -> c.Verdict:  # fmt: skip
+                       ) -> Verdict:  # fmt: skip
     """`sink_ablation`: the sink-like heads zeroed on their sink queries vs the same heads on non-sink queries and
     matched random head-and-query sets, per window (`reproduction.sink_query`); zeroing them on every query
     (mode zero) is evidence beside it."""
     if not arrays:
-        return c.Verdict("sink_ablation", model, c.NOT_MEASURABLE, reason="no sink-query ablation", corpus=corpus)
+        return Verdict("sink_ablation", model, NOT_MEASURABLE, reason="no sink-query ablation", corpus=corpus)
     extra = {"n_heads": int(arrays["n_heads"]), "n_windows": int(arrays["selected"].size),
              "cells_selected": float(arrays["cells_selected"].sum()),
              "cells_same_heads_mean": float(arrays["cells_same_heads"].sum()),
@@ -97,24 +113,24 @@ def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], a
     every = ablation[(ablation["mode"] == "zero") & (ablation["selection"] == "highest-hard-sink")]
     if len(every):
         extra["delta_zero_every_query"] = float(every.iloc[0]["delta_loss"])
-    verdict = c.sink_ablation_verdict(model, arrays["selected"], arrays["same_heads"], arrays["random"], extra, seed)
+    verdict = sink_ablation_verdict(model, arrays["selected"], arrays["same_heads"], arrays["random"], extra, seed)
     return replace(verdict, corpus=corpus)
 
 
 def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int
-                      ) -> list[c.Verdict]:  # fmt: skip
+                      ) -> list[Verdict]:  # fmt: skip
     """The dormant heads zeroed against random sets of the same size (`sinkscope.pipelines.ablate`)."""
     frame = ablation[ablation["mode"] == "zero"]
     chosen = frame[frame["selection"] == "lowest-ahon-ln"]
     if chosen.empty:
-        return [c.Verdict("dormant_heads", model, c.NOT_MEASURABLE, reason="no lowest-ahon-ln set", corpus=corpus)]
+        return [Verdict("dormant_heads", model, NOT_MEASURABLE, reason="no lowest-ahon-ln set", corpus=corpus)]
     row = chosen.iloc[0]
     random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]
     extra = {"mode": "zero", "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]),
              "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
-             "n_windows": int(row["n_windows"]), "dormant_frac_by_ahon_ln": c.dormant_curve(heads["ahon_ln"])}  # fmt: skip
-    verdict = c.ablation_verdict("dormant_heads", model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra,
-                                 seed)  # fmt: skip
+             "n_windows": int(row["n_windows"]), "dormant_frac_by_ahon_ln": dormant_curve(heads["ahon_ln"])}  # fmt: skip
+    verdict = ablation_verdict("dormant_heads", model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra,
+                               seed)  # fmt: skip
     return [replace(verdict, corpus=corpus)]
 
 
@@ -131,11 +147,11 @@ def forced_bos(ablation: pd.DataFrame) -> dict:
             if len(random) else None, "forced_bos_random_draws": int(len(random))}  # fmt: skip
 
 
-def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int) -> c.Verdict:
+def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int) -> Verdict:
     """Per window and T, the share of layers where the sink is cheaper (feasible and cheaper, or the diagonal
     infeasible); pairs where neither pattern was solved are left out."""
     if costs.empty or "T" not in costs:
-        return c.Verdict("cost_real_layers", model, c.NOT_MEASURABLE, reason="no layer costs", corpus=corpus)
+        return Verdict("cost_real_layers", model, NOT_MEASURABLE, reason="no layer costs", corpus=corpus)
     wide = costs.pivot_table(index=["T", "window", "layer"], columns="pattern", values="cost", aggfunc="first")
     sink, diag = wide["sink"].to_numpy(float), wide["diagonal"].to_numpy(float)
     valid = ~(np.isnan(sink) | np.isnan(diag)) & (np.isfinite(sink) | np.isfinite(diag))
@@ -145,7 +161,7 @@ def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int)
     extra = {"pairs": int(valid.sum()), "sink_infeasible": int((~np.isfinite(sink)).sum()),
              "diagonal_infeasible": int((~np.isfinite(diag)).sum()),
              "median_diag_over_sink": float(np.median(diag[both] / sink[both])) if both.any() else None}  # fmt: skip
-    verdict = c.cost_real_verdict(model, share.to_numpy(float), [int(T) for T in share.columns], extra, seed)
+    verdict = cost_real_verdict(model, share.to_numpy(float), [int(T) for T in share.columns], extra, seed)
     return replace(verdict, corpus=corpus)
 
 
@@ -157,23 +173,23 @@ def weight_heads(weights: pd.DataFrame, heads: pd.DataFrame, alignment: pd.DataF
     return frame.assign(is_sink=frame["head_class"] == "sink")
 
 
-def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int) -> list[c.Verdict]:
+def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int) -> list[Verdict]:
     """Sink heads (head class `sink`: mean sink score α > ε = 0.3) vs the other heads of the same layer: W_QK
     effective rank (all layers), and the signed p̂/q̂ score over RoPE offsets (middle layers, where the
     certificates give p̂ and q̂)."""
     aligned = table.dropna(subset=["qk_pq_score"]) if "qk_pq_score" in table else table.iloc[:0]
     return [
-        replace(c.weights_verdict("weights_low_rank", model, table["qk_effective_rank"], table["is_sink"],
-                                  table["layer"], seed), corpus=corpus),
-        replace(c.weights_verdict("weights_bos_alignment", model, aligned["qk_pq_score"], aligned["is_sink"],
-                                  aligned["layer"], seed), corpus=corpus),
+        replace(weights_verdict("weights_low_rank", model, table["qk_effective_rank"], table["is_sink"],
+                                table["layer"], seed), corpus=corpus),
+        replace(weights_verdict("weights_bos_alignment", model, aligned["qk_pq_score"], aligned["is_sink"],
+                                aligned["layer"], seed), corpus=corpus),
     ]  # fmt: skip
 
 
 ANCHORS = {"builtin:prose": "natural", "builtin:random": "random", "builtin:repeat": "repeat"}
 
 
-def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[list[c.Verdict], dict[str, pd.DataFrame]]:
+def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:
     """Every per-model verdict, and the evidence tables each links to: geometry (per corpus, layer), switch (per
     corpus, τ and δ scale), value_drain (per corpus, KV group), certificates, heads (first corpus), weights,
     ablation, cost_layers, anchors."""
@@ -186,14 +202,14 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     heads = m.runs[first].heads
     certificates = m.certificates.to_dict("records")
     width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
-    verdicts.append(replace(c.representability_verdict(model, certificates, width, seed), corpus=first))
+    verdicts.append(replace(representability_verdict(model, certificates, width, seed), corpus=first))
     verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed))
     verdicts += ablation_verdicts(model, first, m.ablation, heads, seed)
     verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
     weight_table = weight_heads(m.weights, heads, m.alignment)
     verdicts += weight_verdicts(model, first, weight_table, seed)
     scores = {label: m.evidence[corpus]["sink_column"] / T for corpus, label in ANCHORS.items() if corpus in m.evidence}
-    verdicts.append(replace(c.gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
+    verdicts.append(replace(gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
     tables = {
         "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus] | m.switch[corpus], T)
                                .assign(corpus=corpus)
@@ -235,10 +251,10 @@ def geometry_table(run, arrays: dict[str, np.ndarray], T: int) -> pd.DataFrame:
 def switch_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
     """The pooled switch 2×2 and its conditionals at every δ scale and τ of the curves."""
     rows = []
-    for i, d_scale in enumerate(c.GRID):
-        for k, tau in enumerate(c.TAU_CURVE):
+    for i, d_scale in enumerate(GRID):
+        for k, tau in enumerate(TAU_CURVE):
             cells = arrays["curve"][:, i, k].sum(0)
-            curves = c.switch_curves(cells[None])
+            curves = switch_curves(cells[None])
             rows.append({"delta_scale": d_scale, "tau": tau,
                          **{f"n_{k}": int(v) for k, v in zip(("off_sink", "off_nosink", "on_sink", "on_nosink"), cells)},
                          **{name: float(curve[0]) for name, curve in curves.items()}})  # fmt: skip
@@ -284,7 +300,7 @@ def fit_exponent(T: np.ndarray, cost: np.ndarray) -> float:
     return float(np.polyfit(np.log(T), np.log(cost), 1)[0])
 
 
-def judge_theory(theory: pd.DataFrame, regimes: dict) -> list[c.Verdict]:
+def judge_theory(theory: pd.DataFrame, regimes: dict) -> list[Verdict]:
     """Model-free claims: closed-form exponents (nuclear cost, T ≥ 64) with the exact programs' agreement, and
     the bigram-backcopy regimes."""
     nuclear = theory[(theory["norm"] == "nuclear") & (theory["T"] >= 64)]
@@ -296,7 +312,7 @@ def judge_theory(theory: pd.DataFrame, regimes: dict) -> list[c.Verdict]:
     error = float(((solved["exact"] - solved["closed_form"]).abs() / solved["closed_form"]).max()) if len(solved) else (
         math.nan
     )
-    closed = c.cost_closed_forms_verdict("theory", exponents.get("sink", math.nan),
-                                         exponents.get("diagonal", math.nan), error)  # fmt: skip
-    regime = c.regimes_verdict("synthetic", regimes.get("inits"), regimes.get("reason", ""))
+    closed = cost_closed_forms_verdict("theory", exponents.get("sink", math.nan),
+                                       exponents.get("diagonal", math.nan), error)  # fmt: skip
+    regime = regimes_verdict("synthetic", regimes.get("inits"), regimes.get("reason", ""))
     return [closed, regime]

@@ -14,7 +14,7 @@ import pandas as pd
 
 from sinkscope.report.page import render_page
 from sinkscope.report.plots import no_mathtext
-from sinkscope.reproduction.claims import CLAIMS
+from sinkscope.reproduction.claim_texts import CLAIMS
 from sinkscope.reproduction.files import swapped_directory
 
 SECTIONS = (

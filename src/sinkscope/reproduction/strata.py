@@ -10,6 +10,8 @@ the same layer:
 - `within_layer_permutation_p`: the one-sided p-value of that difference when class labels are permuted only
   within layers (reported, never deciding);
 - `within_layer_spearman`: the mean over layers with ≥ 3 units of Spearman's ρ between two per-unit values.
+
+`middle_layers` names the stratum of depth the middle-layer claims read (geometry, the certificates).
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ import math
 
 import numpy as np
 from scipy.stats import rankdata
+
+
+def middle_layers(n_layers: int, lower: float = 0.25, upper: float = 0.75) -> list[int]:
+    """Layers l with lower ≤ l / (L-1) ≤ upper (at least one, for L ≥ 1)."""
+    if n_layers <= 1:
+        return list(range(n_layers))
+    chosen = [layer for layer in range(n_layers) if lower <= layer / (n_layers - 1) <= upper]
+    return chosen or [n_layers // 2]
 
 
 def _layers_with_both(is_sink: np.ndarray, layers: np.ndarray) -> list:

@@ -23,7 +23,7 @@ from torch import Tensor
 from sinkscope.functional.geometry import bos_cosine
 from sinkscope.functional.switch_routes import ROUTES, RouteInputs, classify, route_counts
 from sinkscope.models.load import LoadedModel
-from sinkscope.reproduction.claims import GRID, TAU_CURVE
+from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
 
 
 def _switch_cells(off: Tensor, sink: Tensor) -> Tensor:

@@ -52,7 +52,7 @@ class Verdict:
     `interval`: `{effect, estimate, low, high, level, over, n}` (the primary effect's bootstrap interval, or
     `None` with the reason in `evidence["interval_note"]`); `sensitivity`: one record per threshold and scale
     `{threshold, scale, value, verdict}`. The claim's words, test and control are added by `to_dict` from
-    `reproduction.claims.CLAIMS`.
+    `reproduction.claim_texts.CLAIMS`.
     """
 
     claim: str
