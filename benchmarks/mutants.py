@@ -54,7 +54,7 @@ TESTS = (
 )
 FAST_TIER = ("-m", "not slow and not browser", "tests")
 
-CAPTURE, STATISTICS, STATS = "src/sinkscope/capture", "src/sinkscope/statistics", "src/sinkscope/stats"
+CAPTURE, STATISTICS, STATS = "src/sinkscope/capture", "src/sinkscope/statistics", "src/sinkscope/functional"
 
 
 @dataclass(frozen=True)
