@@ -192,7 +192,7 @@ def analyze(
             "world_size": world,
             "threads": torch.get_num_threads(),  # the CPU threads torch used (--threads, or its default)
         },
-        "summary": summary(heads, parts["window_sink_rate"].summary, config.thresholds),
+        "summary": summary(heads, statistic_summaries(parts), config.thresholds),
     }
     run = Run(meta=meta, heads=heads, layers=layers, positions=positions, extra=extra)
     if "smoothing" in parts:
@@ -287,19 +287,44 @@ def distributed_shard() -> tuple[int, int]:
     return 0, 1
 
 
-def summary(heads: pd.DataFrame, rates: dict, thresholds: tuple[float, ...]) -> dict:
-    """Model-level numbers printed by the CLI and shown first in the report. `sink_rate` is Gu et al.'s
-    (per-window threshold, SPEC §2) at `thresholds[0]`; `sink_rates` gives it at every threshold (both from
-    `WindowSinkRate`), and `sink_rate_of_mean` / `sink_rates_of_mean` threshold the window-mean sink score of each
-    head instead. Heads without a softmax map (linear-attention layers: NaN) are left out."""
+def statistic_summaries(parts: dict[str, Tables]) -> dict:
+    """The model-level numbers of every statistic (`Tables.summary`) in one dict, in the order of the statistics;
+    a key that two statistics both set is refused (neither may silently overwrite the other)."""
+    merged: dict = {}
+    owner: dict[str, str] = {}
+    for name, tables in parts.items():
+        for key, value in tables.summary.items():
+            if key in merged:
+                raise SinkscopeError(f"statistics '{owner[key]}' and '{name}' both set the summary number '{key}'; "
+                                     "rename it in one of them")  # fmt: skip
+            merged[key], owner[key] = value, name
+    return merged
+
+
+# run.json's summary has begun so since 0.1.0: each per-window sink rate beside its threshold-of-mean counterpart.
+LEADING_SUMMARY = ("sink_rate", "sink_rate_of_mean", "epsilon", "sink_rates", "sink_rates_of_mean")
+
+
+def summary(heads: pd.DataFrame, statistics: dict, thresholds: tuple[float, ...]) -> dict:
+    """Model-level numbers printed by the CLI and shown first in the report: the statistics' own
+    (`statistic_summaries`; `sink_rate`, Gu et al.'s per-window threshold at `thresholds[0]` (SPEC §2), and
+    `sink_rates` at every threshold come from `WindowSinkRate`) and those of the heads table: `sink_rate_of_mean` /
+    `sink_rates_of_mean` threshold the window-mean sink score of each head instead. Heads without a softmax map
+    (linear-attention layers: NaN) are left out. A statistic may not set a key of the heads table's numbers."""
     heads = heads[heads["sink_score"].notna()]
-    return {
-        "sink_rate": rates["sink_rate"],
+    own = {
         "sink_rate_of_mean": float((heads["sink_score"] > thresholds[0]).mean()),
         "epsilon": thresholds[0],
-        "sink_rates": rates["sink_rates"],
         "sink_rates_of_mean": {str(e): float((heads["sink_score"] > e).mean()) for e in thresholds},
         "mean_sink_score": float(heads["sink_score"].mean()),
         "mean_diag_score": float(heads["diag_score"].mean()),
         "head_classes": {k: int(v) for k, v in heads["head_class"].value_counts().items()},
+    }
+    taken = sorted(own.keys() & statistics.keys())
+    if taken:
+        raise SinkscopeError(f"a statistic sets the summary number(s) {', '.join(taken)}, which the analysis computes "
+                             "from the heads table; rename them")  # fmt: skip
+    merged = own | statistics
+    return {key: merged[key] for key in LEADING_SUMMARY if key in merged} | {
+        key: value for key, value in merged.items() if key not in LEADING_SUMMARY
     }
