@@ -8,7 +8,6 @@ differences are paired per window.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -33,7 +32,7 @@ from sinkscope.pipelines.head_selection import (
     scores_from_run,
 )
 from sinkscope.report.plots import no_mathtext
-from sinkscope.staging import check_replaceable, staged_directory
+from sinkscope.staging import check_replaceable
 
 
 @torch.no_grad()
@@ -209,10 +208,9 @@ def save_ablation(
     `report.html` (the curve, its per-selection summary and every ablated set) into `directory`, staged in a
     temporary sibling and renamed into place."""
     from sinkscope.report.plots import figure_png
-    from sinkscope.report.results_page import write_results_page
+    from sinkscope.report.result_files import save_result_files
     from sinkscope.report.switch_section import ablation_figure
 
-    directory = Path(directory)
     check_out_dir(directory, overwrite)
     png = figure_png(ablation_figure(curve))
     config = meta.get("config", {})
@@ -226,19 +224,14 @@ def save_ablation(
         "seconds": f"{meta.get('timings', {}).get('seconds', float('nan')):.1f}",
     }
     sets = curve[["selection", "fraction", "seed", "n_heads", "heads", "delta_loss", "delta_sem"]]
-    with staged_directory(directory) as staging:
-        curve.to_parquet(staging / "ablation.parquet", index=False)
-        scores.to_parquet(staging / "head_scores.parquet", index=False)
-        (staging / "ablation.json").write_text(json.dumps(meta, indent=2, default=str))
-        (staging / "figures").mkdir()
-        (staging / "figures" / "ablation_curve.png").write_bytes(png)
-        write_results_page(
-            staging / "report.html", f"sinkscope ablate: {settings['model']}",
-            "Loss change (nats/token) when the selected heads are switched off, against random head sets of the "
-            "same size; definitions in docs/statistics.md.",
-            settings,
-            [("Per selection and fraction (random: mean and std over draws; ablation.parquet)", curve_summary(curve)),
-             ("Every ablated set (ablation.parquet)", sets)],
-            [("Loss change against the fraction of heads switched off", png)],
-        )  # fmt: skip
-    return directory
+    return save_result_files(
+        directory, overwrite=overwrite,
+        tables={"ablation.parquet": curve, "head_scores.parquet": scores}, meta_name="ablation.json", meta=meta,
+        figures={"ablation_curve.png": ("Loss change against the fraction of heads switched off", png)},
+        title=f"sinkscope ablate: {settings['model']}",
+        intro="Loss change (nats/token) when the selected heads are switched off, against random head sets of the "
+        "same size; definitions in docs/statistics.md.",
+        settings=settings,
+        shown=[("Per selection and fraction (random: mean and std over draws; ablation.parquet)", curve_summary(curve)),
+               ("Every ablated set (ablation.parquet)", sets)],
+    )  # fmt: skip

@@ -140,35 +140,25 @@ def run_cost_regimes(config: RegimeConfig) -> dict:
 def save_cost_regimes(directory, result: dict, overwrite: bool = False):
     """Write `regimes_vocabulary.parquet`, `regimes_geometry.parquet`, `regimes_summary.parquet`,
     `cost_regimes.json`, `figures/cost_regimes.png` and `report.html`, staged and renamed into place."""
-    import json
-    from pathlib import Path
-
     from sinkscope.report.cost_regimes_section import cost_regimes_figure
     from sinkscope.report.plots import figure_png
-    from sinkscope.report.results_page import write_results_page
-    from sinkscope.staging import check_replaceable, staged_directory
+    from sinkscope.report.result_files import save_result_files
 
-    directory = Path(directory)
-    check_replaceable(directory, overwrite)
     png = figure_png(cost_regimes_figure(result["vocabulary"], result["summary"]))
     config = result["meta"]["config"]
     settings = {k: ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in config.items()}
     settings["seconds"] = f"{result['meta']['timings']['seconds']:.1f}"
-    with staged_directory(directory) as staging:
-        for name in ("vocabulary", "geometry", "summary"):
-            result[name].to_parquet(staging / f"regimes_{name}.parquet", index=False)
-        (staging / "cost_regimes.json").write_text(json.dumps(result["meta"], indent=2, default=str))
-        (staging / "figures").mkdir()
-        (staging / "figures" / "cost_regimes.png").write_bytes(png)
-        write_results_page(
-            staging / "report.html", "sinkscope cost-regimes",
-            "Where the sink and where the diagonal pattern is the cheaper W_QK: the bigram-backcopy task over "
-            "vocabulary sizes (closed forms beside the exact programs), and causal patterns over T and the rank "
-            "of the embeddings (exact costs beside Wendel's feasibility probability and the orthonormal closed "
-            "forms). Definitions in docs/experiments.md.",
-            settings,
-            [("Per (T, d, rank) (regimes_summary.parquet)", result["summary"]),
-             ("Bigram-backcopy, vocabulary level (regimes_vocabulary.parquet)", result["vocabulary"])],
-            [("Sink vs diagonal cost regimes", png)],
-        )  # fmt: skip
-    return directory
+    return save_result_files(
+        directory, overwrite=overwrite,
+        tables={f"regimes_{name}.parquet": result[name] for name in ("vocabulary", "geometry", "summary")},
+        meta_name="cost_regimes.json", meta=result["meta"],
+        figures={"cost_regimes.png": ("Sink vs diagonal cost regimes", png)},
+        title="sinkscope cost-regimes",
+        intro="Where the sink and where the diagonal pattern is the cheaper W_QK: the bigram-backcopy task over "
+        "vocabulary sizes (closed forms beside the exact programs), and causal patterns over T and the rank "
+        "of the embeddings (exact costs beside Wendel's feasibility probability and the orthonormal closed "
+        "forms). Definitions in docs/experiments.md.",
+        settings=settings,
+        shown=[("Per (T, d, rank) (regimes_summary.parquet)", result["summary"]),
+               ("Bigram-backcopy, vocabulary level (regimes_vocabulary.parquet)", result["vocabulary"])],
+    )  # fmt: skip

@@ -255,16 +255,10 @@ def run_dense(lm: LoadedModel, windows, config: DenseConfig, progress: bool = Fa
 def save_dense(directory, result: dict, overwrite: bool = False):
     """Write `dense_heads.parquet`, `dense_curves.parquet` (per window), `dense_layers.parquet`,
     `dense_regimes.parquet`, `dense.json`, `figures/dense.png` and `report.html`, staged and renamed into place."""
-    import json
-    from pathlib import Path
-
     from sinkscope.report.dense_section import dense_figure
     from sinkscope.report.plots import figure_png
-    from sinkscope.report.results_page import write_results_page
-    from sinkscope.staging import check_replaceable, staged_directory
+    from sinkscope.report.result_files import save_result_files
 
-    directory = Path(directory)
-    check_replaceable(directory, overwrite)
     meta = result["meta"]
     png = figure_png(dense_figure(result["heads"], result["layers"]))
     settings = {"model": (meta.get("model") or {}).get("name", "unnamed model"),
@@ -273,21 +267,16 @@ def save_dense(directory, result: dict, overwrite: bool = False):
                 "λ (cosine)": ", ".join(map(str, meta["config"]["lambdas"])),
                 "λ (loss)": ", ".join(map(str, meta["config"]["loss_lambdas"])),
                 "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
-    with staged_directory(directory) as staging:
-        for name in ("heads", "curves", "layers", "regimes"):
-            result[name].to_parquet(staging / f"dense_{name}.parquet", index=False)
-        (staging / "dense.json").write_text(json.dumps(meta, indent=2, default=str))
-        (staging / "figures").mkdir()
-        (staging / "figures" / "dense.png").write_bytes(png)
-        write_results_page(
-            staging / "report.html", f"sinkscope dense: {settings['model']}",
-            "Each head's (or layer's) attention replaced inside the real forward pass by (1−λ) A + λ U, U causal "
-            "uniform: change of the mean pairwise cosine of the residual leaving the layer (context tokens) and of "
-            "the loss, beside the regime its traces b, c predict. Definitions in docs/experiments.md.",
-            settings,
-            [("Heads per predicted regime (dense_regimes.parquet)", result["regimes"]),
-             ("Per layer, all heads mixed (dense_layers.parquet)", result["layers"]),
-             ("Per head; head −1 = the whole layer (dense_heads.parquet)", result["heads"])],
-            [("Uniform attention inside the model", png)],
-        )  # fmt: skip
-    return directory
+    return save_result_files(
+        directory, overwrite=overwrite,
+        tables={f"dense_{name}.parquet": result[name] for name in ("heads", "curves", "layers", "regimes")},
+        meta_name="dense.json", meta=meta, figures={"dense.png": ("Uniform attention inside the model", png)},
+        title=f"sinkscope dense: {settings['model']}",
+        intro="Each head's (or layer's) attention replaced inside the real forward pass by (1−λ) A + λ U, U causal "
+        "uniform: change of the mean pairwise cosine of the residual leaving the layer (context tokens) and of "
+        "the loss, beside the regime its traces b, c predict. Definitions in docs/experiments.md.",
+        settings=settings,
+        shown=[("Heads per predicted regime (dense_regimes.parquet)", result["regimes"]),
+               ("Per layer, all heads mixed (dense_layers.parquet)", result["layers"]),
+               ("Per head; head −1 = the whole layer (dense_heads.parquet)", result["heads"])],
+    )  # fmt: skip

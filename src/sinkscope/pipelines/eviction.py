@@ -234,16 +234,10 @@ def run_eviction(lm: LoadedModel, windows, config: EvictConfig, progress: bool =
 def save_eviction(directory, losses: pd.DataFrame, summary: pd.DataFrame, meta: dict, overwrite: bool = False):
     """Write `eviction.parquet` (per window), `eviction_summary.parquet`, `eviction.json`,
     `figures/eviction.png` and `report.html` into `directory`, staged and renamed into place."""
-    import json
-    from pathlib import Path
-
     from sinkscope.report.eviction_section import eviction_figure
     from sinkscope.report.plots import figure_png
-    from sinkscope.report.results_page import write_results_page
-    from sinkscope.staging import check_replaceable, staged_directory
+    from sinkscope.report.result_files import save_result_files
 
-    directory = Path(directory)
-    check_replaceable(directory, overwrite)
     window = meta["config"]["window"]
     png = figure_png(eviction_figure(summary, window))
     settings = {
@@ -255,19 +249,13 @@ def save_eviction(directory, losses: pd.DataFrame, summary: pd.DataFrame, meta: 
         "positions": meta["positions"],
         "seconds": f"{meta['timings']['seconds']:.1f}",
     }
-    with staged_directory(directory) as staging:
-        losses.to_parquet(staging / "eviction.parquet", index=False)
-        summary.to_parquet(staging / "eviction_summary.parquet", index=False)
-        (staging / "eviction.json").write_text(json.dumps(meta, indent=2, default=str))
-        (staging / "figures").mkdir()
-        (staging / "figures" / "eviction.png").write_bytes(png)
-        write_results_page(
-            staging / "report.html", f"sinkscope evict: {settings['model']}",
-            "Next-token loss (nats/token, targets of queries t ≥ w) when each query keeps only its recent w keys, "
-            "plus the first k tokens or the k tokens of largest column mass; Δ against the full cache and against "
-            "the window alone, paired over windows, with 95 % intervals. Definitions in docs/experiments.md.",
-            settings,
-            [("Per policy and k (eviction_summary.parquet)", summary)],
-            [("Loss change against the full cache", png)],
-        )  # fmt: skip
-    return directory
+    return save_result_files(
+        directory, overwrite=overwrite,
+        tables={"eviction.parquet": losses, "eviction_summary.parquet": summary}, meta_name="eviction.json",
+        meta=meta, figures={"eviction.png": ("Loss change against the full cache", png)},
+        title=f"sinkscope evict: {settings['model']}",
+        intro="Next-token loss (nats/token, targets of queries t ≥ w) when each query keeps only its recent w keys, "
+        "plus the first k tokens or the k tokens of largest column mass; Δ against the full cache and against "
+        "the window alone, paired over windows, with 95 % intervals. Definitions in docs/experiments.md.",
+        settings=settings, shown=[("Per policy and k (eviction_summary.parquet)", summary)],
+    )  # fmt: skip

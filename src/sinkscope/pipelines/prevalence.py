@@ -98,36 +98,25 @@ def run_prevalence(lm: LoadedModel, windows, epsilon: float = 0.3) -> dict:
 def save_prevalence(directory, result: dict, overwrite: bool = False):
     """Write `prevalence.parquet` (per layer and class), `prevalence_heads.parquet`, `prevalence_windows.parquet`,
     `prevalence.json`, `figures/prevalence.png` and `report.html`, staged and renamed into place."""
-    import json
-    from pathlib import Path
-
     from sinkscope.report.plots import figure_png
     from sinkscope.report.prevalence_section import prevalence_figure
-    from sinkscope.report.results_page import write_results_page
-    from sinkscope.staging import check_replaceable, staged_directory
+    from sinkscope.report.result_files import save_result_files
 
-    directory = Path(directory)
-    check_replaceable(directory, overwrite)
     meta, layers = result["meta"], result["layers"]
     png = figure_png(prevalence_figure(layers))
     settings = {"model": (meta.get("model") or {}).get("name", "unnamed model"),
                 "corpus": (meta.get("corpus") or {}).get("source"), "windows": meta["n_windows"],
                 "ε": meta["epsilon"], "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
     overall = layers[layers["layer"] == -1].drop(columns="layer")
-    with staged_directory(directory) as staging:
-        layers.to_parquet(staging / "prevalence.parquet", index=False)
-        result["heads"].to_parquet(staging / "prevalence_heads.parquet", index=False)
-        result["windows"].to_parquet(staging / "prevalence_windows.parquet", index=False)
-        (staging / "prevalence.json").write_text(json.dumps(meta, indent=2, default=str))
-        (staging / "figures").mkdir()
-        (staging / "figures" / "prevalence.png").write_bytes(png)
-        write_results_page(
-            staging / "report.html", f"sinkscope prevalence: {settings['model']}",
-            "Share of heads in each class, each head classified in each window; mean over windows with a 95 % "
-            "interval. Definitions in docs/experiments.md.",
-            settings,
-            [("Whole model (prevalence.parquet, layer −1)", overall),
-             ("Per layer (prevalence.parquet)", layers[layers["layer"] >= 0])],
-            [("Head classes by layer", png)],
-        )  # fmt: skip
-    return directory
+    return save_result_files(
+        directory, overwrite=overwrite,
+        tables={"prevalence.parquet": layers, "prevalence_heads.parquet": result["heads"],
+                "prevalence_windows.parquet": result["windows"]},
+        meta_name="prevalence.json", meta=meta, figures={"prevalence.png": ("Head classes by layer", png)},
+        title=f"sinkscope prevalence: {settings['model']}",
+        intro="Share of heads in each class, each head classified in each window; mean over windows with a 95 % "
+        "interval. Definitions in docs/experiments.md.",
+        settings=settings,
+        shown=[("Whole model (prevalence.parquet, layer −1)", overall),
+               ("Per layer (prevalence.parquet)", layers[layers["layer"] >= 0])],
+    )  # fmt: skip

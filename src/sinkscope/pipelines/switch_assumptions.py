@@ -189,37 +189,28 @@ def save_switch_assumptions(directory, result: dict, overwrite: bool = False):
     """Write `switch_cells.parquet`, `switch_layers.parquet`, `switch_conditioned.parquet`,
     `switch_offenders.parquet`, `switch_categories.parquet`, `switch_assumptions.json`, `figures/` and
     `report.html`, staged and renamed into place."""
-    import json
-    from pathlib import Path
-
     from sinkscope.report.plots import figure_png
-    from sinkscope.report.results_page import write_results_page
+    from sinkscope.report.result_files import save_result_files
     from sinkscope.report.switch_assumptions_section import assumptions_figure
-    from sinkscope.staging import check_replaceable, staged_directory
 
-    directory = Path(directory)
-    check_replaceable(directory, overwrite)
     meta = result["meta"]
     png = figure_png(assumptions_figure(result["cells"], result["layers"]))
     settings = {"model": (meta.get("model") or {}).get("name", "unnamed model"),
                 "corpus": (meta.get("corpus") or {}).get("source"),
                 "windows": int(result["cells"]["window"].nunique()), **meta["config"],
                 "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
-    with staged_directory(directory) as staging:
-        for name in ("cells", "layers", "conditioned", "offenders", "categories"):
-            result[name].to_parquet(staging / f"switch_{name}.parquet", index=False)
-        (staging / "switch_assumptions.json").write_text(json.dumps(meta, indent=2, default=str))
-        (staging / "figures").mkdir()
-        (staging / "figures" / "switch_assumptions.png").write_bytes(png)
-        write_results_page(
-            staging / "report.html", f"sinkscope switch-assumptions: {settings['model']}",
-            "The switch theorem's assumptions (full-rank contexts, BOS outside their span) per layer and window, "
-            "the agreement P(hard sink | switched off) where they hold and where they fail, and what the "
-            "switched-off queries that are not hard sinks attend to. Definitions in docs/experiments.md.",
-            settings,
-            [("Agreement conditioned on the assumptions (switch_conditioned.parquet)", result["conditioned"]),
-             ("Switched-off queries that are not hard sinks (switch_categories.parquet)", result["categories"]),
-             ("Per layer (switch_layers.parquet)", result["layers"])],
-            [("Assumptions and agreement by layer", png)],
-        )  # fmt: skip
-    return directory
+    return save_result_files(
+        directory, overwrite=overwrite,
+        tables={f"switch_{name}.parquet": result[name]
+                for name in ("cells", "layers", "conditioned", "offenders", "categories")},
+        meta_name="switch_assumptions.json", meta=meta,
+        figures={"switch_assumptions.png": ("Assumptions and agreement by layer", png)},
+        title=f"sinkscope switch-assumptions: {settings['model']}",
+        intro="The switch theorem's assumptions (full-rank contexts, BOS outside their span) per layer and window, "
+        "the agreement P(hard sink | switched off) where they hold and where they fail, and what the "
+        "switched-off queries that are not hard sinks attend to. Definitions in docs/experiments.md.",
+        settings=settings,
+        shown=[("Agreement conditioned on the assumptions (switch_conditioned.parquet)", result["conditioned"]),
+               ("Switched-off queries that are not hard sinks (switch_categories.parquet)", result["categories"]),
+               ("Per layer (switch_layers.parquet)", result["layers"])],
+    )  # fmt: skip
