@@ -55,6 +55,7 @@ def read_arrays(directory: Path, name: str) -> dict[str, np.ndarray]:
 
 
 def read_table(directory: Path, name: str) -> pd.DataFrame:
+    """The table `directory/name` (a `.parquet`)."""
     return pd.read_parquet(directory / name)
 
 
