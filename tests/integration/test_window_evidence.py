@@ -14,7 +14,8 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import input_norm_module
-from sinkscope.reproduction.evidence import DELTA_SCALES, pq_alignment, window_evidence
+from sinkscope.reproduction.config import DELTA_SCALES
+from sinkscope.reproduction.evidence import pq_alignment, window_evidence
 from sinkscope.statistics.window_evidence import TAU_SCALES, control_positions
 from sinkscope.theory.halfspace import control_separations
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sinkscope.errors import SinkscopeError
 
+DELTA_SCALES = (0.5, 1.0, 2.0)  # the hard-pattern δ at half, once and double (the per-window evidence passes)
 ANCHOR_CORPORA = ("builtin:prose", "builtin:random", "builtin:repeat")  # Gu et al.'s natural / random / repeated
 
 

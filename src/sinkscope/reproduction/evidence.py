@@ -19,8 +19,7 @@ import pandas as pd
 import torch
 
 from sinkscope.models.load import LoadedModel
-
-DELTA_SCALES = (0.5, 1.0, 2.0)
+from sinkscope.reproduction.config import DELTA_SCALES
 
 
 @torch.no_grad()

@@ -11,9 +11,8 @@ import pandas as pd
 
 from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction.ablation_claims import ablation_verdict, dormant_curve, sink_ablation_verdict
-from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.config import DELTA_SCALES, ReproduceConfig
 from sinkscope.reproduction.cost_claims import cost_closed_forms_verdict, cost_real_verdict
-from sinkscope.reproduction.evidence import DELTA_SCALES
 from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
 from sinkscope.reproduction.regime_claims import regimes_verdict
 from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict

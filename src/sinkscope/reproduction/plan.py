@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from sinkscope.reproduction.config import ANCHOR_CORPORA, ReproduceConfig
+from sinkscope.reproduction.config import ANCHOR_CORPORA, DELTA_SCALES, ReproduceConfig
 from sinkscope.reproduction.cost_section import cost_layers_section
-from sinkscope.reproduction.evidence import DELTA_SCALES
 from sinkscope.reproduction.files import is_fresh, log, write_key
 from sinkscope.reproduction.judge import Measurements
 from sinkscope.reproduction.sections import (
