@@ -30,7 +30,7 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.functional.patterns import pattern_block_sums, pattern_row_sums
 from sinkscope.models.families import attention_module, softmax_layers
 from sinkscope.models.load import LoadedModel
-from sinkscope.statistics.state import Sum
+from sinkscope.statistics.state import Sum, device_index
 from sinkscope.statistics.statistic import Columns, QueryBlock, Statistic
 
 ATTENTION_EVENTS = ("on_values", "on_query_block", "on_columns")
@@ -59,8 +59,7 @@ class Feed:
             raise ValueError(f"statistics need distinct names, got {names}")
         self.statistics = list(statistics)
         self.seq_len, self.group, self.delta, self.shard, self.dtype_name = seq_len, group, delta, shard, dtype_name
-        self._windows = Sum(())
-        self._count = 0
+        self._count = 0  # windows folded in: a host-side count (a tensor add per batch would be a kernel launch)
         self._columns: dict[int, Tensor] = {}
         self._diagonal: dict[int, Tensor] = {}
         self._learned_sink: dict[int, Tensor] = {}
@@ -68,7 +67,7 @@ class Feed:
         self._deferred: list[tuple[int, AttentionReadout | PackedReadout, Tensor]] = []  # map-free layers, in forward order
         self._watched_layers: set[int] = set()  # layers whose attention function must report every forward pass
         self._attended: set[int] = set()  # layers whose attention function reported in this forward pass
-        self._finite: list[tuple[list[int], Tensor]] = []  # (layers, their per-window finiteness), on the device
+        self._finite: list[tuple[list[int], Tensor]] = []  # (layers, their per-window sums), on the device
         self._in_batch = False
 
     @property
@@ -108,7 +107,8 @@ class Feed:
             raise SinkscopeError("begin_batch called twice without end_batch")
         self._in_batch = True
         rank, world = self.shard
-        window_ids = rank + world * (self._count + torch.arange(len(ids)))
+        first = rank + world * self._count
+        window_ids = torch.arange(first, first + world * len(ids), world)  # rank + world·(count + i)
         for statistic in self.statistics:
             statistic.begin_batch(ids, window_ids)
 
@@ -123,7 +123,6 @@ class Feed:
                 "computes attention outside transformers' attention interface), so their statistics cannot be "
                 "measured; this model is not supported"
             )
-        self._windows.add(torch.tensor(float(batch_size)))
         self._count += batch_size
         self._in_batch = False
         if self._columns:
@@ -143,7 +142,10 @@ class Feed:
 
     def _head_norms(self, norms: Tensor) -> Tensor:
         """Value norms (..., KV, T) per query head (..., H, T): query head h reads kv head h // group."""
-        return norms.repeat_interleave(self.group, dim=-2)
+        if self.group == 1:
+            return norms
+        kv_head = tuple(h // self.group for h in range(norms.shape[-2] * self.group))
+        return norms.index_select(-2, device_index(kv_head, str(norms.device)))
 
     def _emit_values(self, layer: int) -> None:
         if layer not in self._value_norms:  # blocks handed in directly (no attention function ran)
@@ -243,19 +245,21 @@ class Feed:
 
     def _check_finite(self, layers: list[int], window_sums: Tensor) -> None:
         """NaN and ±inf survive a sum, so one sum per window (len(layers), B) checks whole blocks or layers
-        cheaply; the flags stay on the device until `end_batch`."""
-        self._finite.append((layers, torch.isfinite(window_sums)))
+        cheaply; the sums stay on the device until `end_batch`."""
+        self._finite.append((layers, window_sums))
 
     def _raise_if_not_finite(self) -> None:
-        """One host read per batch: the first window and layer (in forward order) with a non-finite value."""
+        """One host read per batch: the first window and layer (in forward order) with a non-finite value. A sum
+        `x` is finite iff `x − x == 0` (NaN and ±inf give NaN): two operations where `isfinite` dispatches four."""
         if not self._finite:
             return
+        sums = torch.cat([s for _, s in self._finite]) if len(self._finite) > 1 else self._finite[0][1]
         checked = [layer for layers, _ in self._finite for layer in layers]
-        order = sorted(range(len(checked)), key=checked.__getitem__)  # forward order: blocks of a layer stay in order
-        layers = [checked[i] for i in order]
-        finite = torch.cat([flags for _, flags in self._finite])[order]  # (checks, B)
         self._finite.clear()
-        if not bool(finite.all()):
+        if not bool((sums - sums == 0).all()):
+            order = sorted(range(len(checked)), key=checked.__getitem__)  # forward order: a layer's blocks stay in order
+            layers = [checked[i] for i in order]
+            finite = torch.isfinite(sums)[order]  # (checks, B)
             check, window = (~finite).nonzero()[0].tolist()
             layer = layers[check]
             rank, world = self.shard
@@ -268,7 +272,7 @@ class Feed:
 
     def state_dict(self) -> dict[str, Tensor]:
         """Every statistic's state as `"{statistic}.{state}.{tensor}"`, and the window count."""
-        state = {"windows": self._windows.value.cpu()}
+        state = {"windows": torch.tensor(float(self._count), dtype=torch.float64)}
         for statistic in self.statistics:
             state |= {f"{statistic.name}.{key}": value for key, value in statistic.state_dict().items()}
         return state
@@ -280,12 +284,13 @@ class Feed:
         for statistic in self.statistics:
             prefix = f"{statistic.name}."
             statistic.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
-        self._windows.load({"value": state["windows"]})
-        self._count = int(self._windows.value)
+        self._count = int(state["windows"])
 
     def all_reduce(self) -> None:
         """Merge the statistics of every `torch.distributed` rank into every rank's."""
         for statistic in self.statistics:
             statistic.all_reduce()
-        self._windows.all_reduce()
-        self._count = int(self._windows.value)
+        windows = Sum(())
+        windows.value = torch.tensor(float(self._count), dtype=torch.float64)
+        windows.all_reduce()
+        self._count = int(windows.value)

@@ -6,6 +6,7 @@ norm ratio `||x_0|| / mean_{t≥1} ||x_t||` (a massive activation on BOS shows a
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -26,9 +27,10 @@ def norm_ratio(norms: Tensor) -> Tensor:
 
 
 def bos_dots(x: Tensor) -> Tensor:
-    """`x_t·x_0` for t = 0..T-1, in float32. (..., T, d) → (..., T)."""
+    """`x_t·x_0` for t = 0..T-1, in float32. (..., T, d) → (..., T). (A product and a sum: three dispatched
+    operations where `x @ x_0` takes eight.)"""
     x = x.float()
-    return (x @ x[..., 0, :, None]).squeeze(-1)
+    return (x * x[..., :1, :]).sum(-1)
 
 
 def bos_geometry_sums(x: Tensor) -> dict[str, Tensor]:
@@ -44,8 +46,8 @@ def bos_geometry_sums_from(norms: Tensor, dots: Tensor) -> dict[str, Tensor]:
     safe = norms.clamp_min(1e-30)
     cos = dots[..., 1:] / (safe[..., 1:] * safe[..., :1])
     return {
-        "cos_sum": cos.double().sum((-2, -1)),
+        "cos_sum": cos.sum((-2, -1), dtype=torch.float64),
         "cos_max": cos.amax((-2, -1)).double(),
-        "cos_nonpos": (cos <= 0).sum((-2, -1)).double(),
-        "norm_ratio_sum": norm_ratio(norms).double().sum(-1),
+        "cos_nonpos": (cos <= 0).sum((-2, -1), dtype=torch.float64),
+        "norm_ratio_sum": norm_ratio(norms).sum(-1, dtype=torch.float64),
     }

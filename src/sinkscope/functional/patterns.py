@@ -12,6 +12,8 @@ window, pooled over the windows (`sinkscope.functional.query_mask`), so (B, ...,
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -41,8 +43,29 @@ def key_scores(attn: Tensor) -> Tensor:
 def key_scores_from_columns(columns: Tensor) -> Tensor:
     """`α_k = Σ_{t≥k} A[t,k] / (T-k)` from one window's column sums `Σ_t A[t,k]` (causal: rows t < k add 0).
     (..., T) → (..., T)."""
-    T = columns.shape[-1]
-    return columns / torch.arange(T, 0, -1, dtype=columns.dtype, device=columns.device)
+    return columns / count_down(columns.shape[-1], columns.dtype, str(columns.device))
+
+
+@functools.lru_cache(maxsize=64)
+def count_down(n: int, dtype: torch.dtype, device: str) -> Tensor:
+    """`[n, n−1, …, 1]` (the number of queries t ≥ k that see key k when n = T), made once per n, dtype and device:
+    a fresh `arange` per batch would be one more kernel launch on an accelerator."""
+    return torch.arange(n, 0, -1, dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def later_queries(q_start: int, Q: int, device: str) -> Tensor:
+    """`[t ≥ 1]` for the queries t = q_start..q_start+Q-1 (SPEC §2–§3 average over t ≥ 1), (Q,) bool, made once
+    per block shape and device."""
+    return torch.arange(q_start, q_start + Q, device=device) >= 1
+
+
+@functools.lru_cache(maxsize=64)
+def _entry_weights(q_start: int, Q: int, dims: int, device: str) -> Tensor:
+    """Weights of the sums of `A[t,0]` (every t), `A[t,t]` and `A[t,t−1]` (t ≥ 1) over queries q_start..q_start+Q-1,
+    (3, 1, …, 1, Q) with `dims` dimensions, float64."""
+    valid = later_queries(q_start, Q, device).double()
+    return torch.stack([torch.ones_like(valid), valid, valid]).view(3, *([1] * (dims - 2)), Q)
 
 
 def received_scores(attn: Tensor) -> Tensor:
@@ -56,7 +79,7 @@ def received_from_columns(columns: Tensor, diagonal: Tensor) -> Tensor:
     `(Σ_t A[t,k] - A[k,k]) / (T-1-k)` for k = 1..T-2. → (..., T-2)."""
     T = columns.shape[-1]
     later = (columns - diagonal)[..., 1 : T - 1]
-    return later / torch.arange(T - 2, 0, -1, dtype=columns.dtype, device=columns.device)
+    return later / count_down(T - 2, columns.dtype, str(columns.device))
 
 
 def exceed_counts(scores: Tensor, epsilons: Tensor) -> Tensor:
@@ -162,17 +185,13 @@ def pattern_row_sums(
     dimensions, e.g. layers, are kept). Returns `(sums, hard_sink, hard_diag)` as `pattern_block_sums` does, with
     the sums `sink` (over every t), `diag`, `prev`, `hard_sink`, `hard_diag` (over t ≥ 1), each (..., H) float64."""
     Q = col0.shape[-1]
-    valid = (torch.arange(q_start, q_start + Q, device=col0.device) >= 1).view(1, 1, Q)  # queries t ≥ 1
-    col0, diag, prev = col0.double(), diag.double(), prev.double()
-    hard_sink = (col0 >= 1 - delta) & valid
-    hard_diag = (diag >= 1 - delta) & valid
-    sums = {
-        "sink": col0.sum((-3, -1)),
-        "diag": (diag * valid).sum((-3, -1)),
-        "prev": (prev * valid).sum((-3, -1)),
-        "hard_sink": hard_sink.sum((-3, -1)).double(),
-        "hard_diag": hard_diag.sum((-3, -1)).double(),
-    }
+    entries = torch.stack([col0, diag, prev]).double()  # (3, ..., B, H, Q); all three at once: fewer launches
+    hard = (entries[:2] >= 1 - delta) & later_queries(q_start, Q, str(col0.device))  # A[t,0], A[t,t] ≥ 1 − δ, t ≥ 1
+    weights = _entry_weights(q_start, Q, entries.dim(), str(col0.device))  # A[t,0] at every t, the others at t ≥ 1
+    sink, diag_sum, prev_sum = (entries * weights).sum((-3, -1)).unbind(0)
+    hard_sink_sum, hard_diag_sum = hard.sum((-3, -1), dtype=torch.float64).unbind(0)
+    sums = {"sink": sink, "diag": diag_sum, "prev": prev_sum, "hard_sink": hard_sink_sum, "hard_diag": hard_diag_sum}
+    hard_sink, hard_diag = hard.unbind(0)
     return sums, hard_sink, hard_diag
 
 

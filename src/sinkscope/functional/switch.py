@@ -8,8 +8,12 @@ see (causal); the paper proves switched-off ⇔ sink under mild assumptions, whi
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
+
+from sinkscope.functional.patterns import later_queries
 
 
 def value_drain(value_norms: Tensor) -> Tensor:
@@ -20,9 +24,14 @@ def value_drain(value_norms: Tensor) -> Tensor:
 def visible_value_mean(value_norms: Tensor, stop: int | None = None) -> Tensor:
     """`mean_{j≤t} ||v_j||` for every query t < stop (the keys a causal query t can see, SPEC §3), in float64.
     (..., T) → (..., stop); `stop` defaults to T."""
-    norms = value_norms[..., :stop].double()
-    counts = torch.arange(1, norms.shape[-1] + 1, device=norms.device, dtype=torch.float64)
-    return norms.cumsum(-1) / counts
+    norms = (value_norms if stop is None or stop >= value_norms.shape[-1] else value_norms[..., :stop]).double()
+    return norms.cumsum(-1) / _counts(norms.shape[-1], str(norms.device))
+
+
+@functools.lru_cache(maxsize=64)
+def _counts(n: int, device: str) -> Tensor:
+    """`[1, 2, …, n]` in float64 (keys visible to queries 0..n-1), made once per n and device."""
+    return torch.arange(1, n + 1, device=device, dtype=torch.float64)
 
 
 def switched_off(out_norms: Tensor, value_norms: Tensor, tau: float, q_start: int = 0) -> Tensor:
@@ -30,7 +39,8 @@ def switched_off(out_norms: Tensor, value_norms: Tensor, tau: float, q_start: in
     `out_norms` (..., Q) `||o_t||` of queries `q_start..q_start+Q-1`, `value_norms` (..., T) `||v_j||` of the
     window's keys → (..., Q) booleans."""
     stop = q_start + out_norms.shape[-1]
-    return out_norms.double() <= tau * visible_value_mean(value_norms, stop)[..., q_start:]
+    visible = visible_value_mean(value_norms, stop)
+    return out_norms.double() <= tau * (visible[..., q_start:] if q_start else visible)
 
 
 def switch_block_sums(
@@ -42,21 +52,22 @@ def switch_block_sums(
     each head's (GQA-shared) values, of which query t sees `j ≤ t`; `hard_sink` (B, H, Q): `A[t,0] ≥ 1-δ`
     (false at t = 0); leading dimensions (e.g. layers) of all three are kept.
     Returns per-head (..., H) sums: `ahon` (Σ ||o_t|| over all t) and the 2×2 counts over queries t ≥ 1:
-    `n_off_sink`, `n_off_nosink`, `n_on_sink`, `n_on_nosink`.
+    `n_off_sink`, `n_off_nosink`, `n_on_sink`, `n_on_nosink`. Three counts are taken at once (off ∧ sink, off,
+    sink) and the other cells follow by difference from the number of queries t ≥ 1 (exact: integer counts).
     """
-    Q = out_norms.shape[-1]
-    rows = torch.arange(q_start, q_start + Q, device=out_norms.device)
-    valid = (rows >= 1).view(1, 1, Q)
-    off = switched_off(out_norms, value_norms, tau, q_start)
-    on = ~off & valid
-    off = off & valid
-    count = lambda mask: mask.sum((-3, -1)).double()  # noqa: E731
+    B, Q = out_norms.shape[-3], out_norms.shape[-1]
+    valid = later_queries(q_start, Q, str(out_norms.device))
+    off = switched_off(out_norms, value_norms, tau, q_start) & valid
+    sink = hard_sink & valid
+    off_sink, n_off, n_sink = torch.stack([off & sink, off, sink]).sum((-3, -1), dtype=torch.float64).unbind(0)
+    on_sink = n_sink - off_sink
+    queries = B * int(valid.shape[0] - (q_start == 0))  # (window, query t ≥ 1) pairs of the block, per head
     return {
-        "ahon": out_norms.double().sum((-3, -1)),
-        "n_off_sink": count(off & hard_sink),
-        "n_off_nosink": count(off & ~hard_sink),
-        "n_on_sink": count(on & hard_sink),
-        "n_on_nosink": count(on & ~hard_sink),
+        "ahon": out_norms.sum((-3, -1), dtype=torch.float64),
+        "n_off_sink": off_sink,
+        "n_off_nosink": n_off - off_sink,
+        "n_on_sink": on_sink,
+        "n_on_nosink": (queries - n_off) - on_sink,
     }
 
 

@@ -8,7 +8,8 @@ run (the saved state, continued) with no per-statistic code. The kinds:
   keep the values added at plain integer indices (a layer, a layer and a head) until their value is read, then
   fold them in with one stacked operation per shape (a statistic's per-layer updates of a batch cost a few tensor
   operations instead of a few per layer: on an accelerator each is a kernel launch);
-- `KeyedSum`: float64 rows indexed by integer keys (token ids) as they appear, rows of equal keys add;
+- `KeyedSum`: float64 rows indexed by integer keys (token ids) as they appear, rows of equal keys add (adds kept
+  and folded in together, as `Sum`'s: the fold's `unique` waits for the device on an accelerator);
 - `PrioritySample`: per layer, the `cap` rows of smallest priority (a uniform sample without replacement when the
   priorities are uniform random numbers), merges by keeping the smallest priorities of both;
 - `FirstValue`: per layer, one tensor that is the same in every window (e.g. BOS's input), merges by keeping one;
@@ -69,6 +70,7 @@ class State(ABC):
 
 
 KEEP = 256  # adds a `Sum` keeps before folding them in (a few batches of a 30-layer model)
+KEEP_KEYED = 8  # adds a `KeyedSum` keeps (one per batch for the key-token table: at most B·T rows each)
 
 
 class Sum(State):
@@ -78,7 +80,8 @@ class Sum(State):
     value then has a leading axis of that length) whose value has the shape of the indexed part is kept as it is
     until `value` is next read, or until `KEEP` adds are kept (so that a long run holds a bounded number of them);
     the kept values are then folded in together (`flush`: per index length, one concatenation and one
-    `index_add_`). Any other index is folded in at once."""
+    `index_add_`). Any other index is folded in at once (by one `index_add_` on axis d for d full slices then plain
+    ints)."""
 
     def __init__(self, shape: tuple[int, ...] = (), device: torch.device | str = "cpu") -> None:
         self.shape, self.device = tuple(shape), device
@@ -104,14 +107,17 @@ class Sum(State):
             self._pending.append((index, value if lead else value.unsqueeze(0)))
             if len(self._pending) >= KEEP:
                 self.flush()
+        elif along := _along(index, value, self.shape):  # full slices, then rows: one indexed fold on that axis
+            rows, value, dim = along
+            self._fold_rows(device_index(rows, str(self._value.device)), self.value, value.detach().to(self._value), dim)
         else:
             self._fold(index, value.detach().to(device=self._value.device, dtype=torch.float64))
 
     def _fold(self, index: tuple, value: Tensor) -> None:
         self.value[index] += value
 
-    def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor) -> None:
-        flat.index_add_(0, rows, values)
+    def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor, dim: int = 0) -> None:
+        flat.index_add_(dim, rows, values)
 
     def flush(self) -> None:
         """Fold in the values kept by `add`: per (index length, shape), one stacked update of the indexed rows."""
@@ -162,10 +168,10 @@ class Max(Sum):
     def _fold(self, index: tuple, value: Tensor) -> None:
         self.value[index] = torch.maximum(self.value[index], value)
 
-    def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor) -> None:
+    def _fold_rows(self, rows: Tensor, flat: Tensor, values: Tensor, dim: int = 0) -> None:
         with warnings.catch_warnings():  # torch marks index_reduce_ "beta" (its API may change), once per process
             warnings.simplefilter("ignore", UserWarning)
-            flat.index_reduce_(0, rows, values, "amax")
+            flat.index_reduce_(dim, rows, values, "amax")
 
     def merge(self, other: State) -> None:
         torch.maximum(self.value, other.value.to(self.value.device), out=self.value)
@@ -177,36 +183,62 @@ class Max(Sum):
 
 
 class KeyedSum(State):
-    """Float64 sums indexed by integer keys: `shapes[name]` is one key's entry; a row appears when its key does."""
+    """Float64 sums indexed by integer keys: `shapes[name]` is one key's entry; a row appears when its key does.
+    `add` keeps its keys and values until `keys` or `values` is next read, or until `KEEP_KEYED` adds are kept."""
 
     def __init__(self, shapes: dict[str, tuple[int, ...]], device: torch.device | str = "cpu") -> None:
         self.shapes, self.device = shapes, device
-        self.keys = torch.empty(0, dtype=torch.long, device=device)  # sorted, unique
-        self.values: dict[str, Tensor] = {
-            name: torch.zeros(0, *shape, dtype=torch.float64, device=device) for name, shape in shapes.items()
-        }
+        self._pending: list[tuple[Tensor, dict[str, Tensor]]] = []
+        self._keys = torch.empty(0, dtype=torch.long, device=device)  # sorted, unique
+        self._values = {name: torch.zeros(0, *shape, dtype=torch.float64, device=device) for name, shape in shapes.items()}
+
+    @property
+    def keys(self) -> Tensor:
+        """The keys seen, sorted and unique, with every kept `add` folded in."""
+        self.flush()
+        return self._keys
+
+    @property
+    def values(self) -> dict[str, Tensor]:
+        """Each name's rows (len(keys), *shapes[name]), with every kept `add` folded in."""
+        self.flush()
+        return self._values
 
     def add(self, keys: Tensor, values: dict[str, Tensor]) -> None:
-        """Fold `values[name]` (M, *shapes[name]) into the rows of `keys` (M,); repeated keys add up."""
-        keys = keys.to(self.keys.device, torch.long)
-        merged = torch.unique(torch.cat([self.keys, keys]))  # sorted
-        if len(merged) != len(self.keys):  # new keys: grow every table, old rows keep their sums
-            rows = torch.searchsorted(merged, self.keys)
-            for name, tensor in self.values.items():
+        """Add `values[name]` (M, *shapes[name]) to the rows of `keys` (M,); repeated keys add up. Kept until read."""
+        self._pending.append((keys, values))
+        if len(self._pending) >= KEEP_KEYED:
+            self.flush()
+
+    def flush(self) -> None:
+        """Fold in the kept adds: their keys and values concatenated, one `_fold`."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        keys = torch.cat([keys.to(self._keys.device) for keys, _ in pending])
+        self._fold(keys, {name: torch.cat([values[name].to(self._keys.device) for _, values in pending]) for name in pending[0][1]})
+
+    def _fold(self, keys: Tensor, values: dict[str, Tensor]) -> None:
+        keys = keys.to(self._keys.device, torch.long)
+        merged = torch.unique(torch.cat([self._keys, keys]))  # sorted
+        if len(merged) != len(self._keys):  # new keys: grow every table, old rows keep their sums
+            rows = torch.searchsorted(merged, self._keys)
+            for name, tensor in self._values.items():
                 grown = tensor.new_zeros(len(merged), *self.shapes[name])
                 grown[rows] = tensor
-                self.values[name] = grown
-            self.keys = merged
-        rows = torch.searchsorted(self.keys, keys)
+                self._values[name] = grown
+            self._keys = merged
+        rows = torch.searchsorted(self._keys, keys)
         for name, value in values.items():
-            self.values[name].index_add_(0, rows, value.detach().to(self.keys.device, torch.float64))
+            self._values[name].index_add_(0, rows, value.detach().to(self._keys.device, torch.float64))
 
     def tensors(self) -> dict[str, Tensor]:
         return {"keys": self.keys.cpu()} | {name: tensor.cpu() for name, tensor in self.values.items()}
 
     def load(self, tensors: dict[str, Tensor]) -> None:
-        self.keys = tensors["keys"].to(self.keys.device, torch.long)
-        self.values = {name: tensors[name].to(self.keys.device, torch.float64) for name in self.shapes}
+        self._pending.clear()  # a replaced state drops what was kept for the old one
+        self._keys = tensors["keys"].to(self._keys.device, torch.long)
+        self._values = {name: tensors[name].to(self._keys.device, torch.float64) for name in self.shapes}
 
     def merge(self, other: State) -> None:
         self.add(other.keys, other.values)
@@ -232,17 +264,11 @@ class PrioritySample(State):
         self.layers[layer] = (priorities, rows)
 
     def tensors(self) -> dict[str, Tensor]:
-        flat = {}
-        for layer, (priorities, rows) in self.layers.items():
-            flat[f"{layer}.priorities"], flat[f"{layer}.rows"] = priorities, rows
-        return flat
+        return {f"{layer}.{name}": t for layer, pair in self.layers.items() for name, t in zip(("priorities", "rows"), pair)}
 
     def load(self, tensors: dict[str, Tensor]) -> None:
-        self.layers = {
-            int(key.split(".")[0]): (value, tensors[f"{key.split('.')[0]}.rows"])
-            for key, value in tensors.items()
-            if key.endswith(".priorities")
-        }
+        layers = [key.split(".")[0] for key in tensors if key.endswith(".priorities")]
+        self.layers = {int(layer): (tensors[f"{layer}.priorities"], tensors[f"{layer}.rows"]) for layer in layers}
 
     def merge(self, other: State) -> None:
         for layer, (priorities, rows) in other.layers.items():
@@ -307,12 +333,9 @@ class ShiftedMoments(State):
             self.outer[layer][index] += block.detach().double().cpu()
 
     def tensors(self) -> dict[str, Tensor]:
-        flat = {}
-        for layer in self.shift:
-            flat[f"{layer}.n"] = torch.tensor(self.n[layer], dtype=torch.float64)
-            flat[f"{layer}.shift"] = self.shift[layer].cpu()
-            flat[f"{layer}.sum"], flat[f"{layer}.outer"] = self.sum[layer], self.outer[layer]
-        return flat
+        parts = lambda layer: {"n": torch.tensor(self.n[layer], dtype=torch.float64), "shift": self.shift[layer].cpu(),  # noqa: E731
+                               "sum": self.sum[layer], "outer": self.outer[layer]}  # fmt: skip
+        return {f"{layer}.{name}": t for layer in self.shift for name, t in parts(layer).items()}
 
     def load(self, tensors: dict[str, Tensor]) -> None:
         layers = sorted({int(key.split(".")[0]) for key in tensors})
@@ -348,6 +371,22 @@ def _plain(index: tuple) -> bool:
         return False
     first = index[0] if isinstance(index[0], tuple) and index[0] else (index[0],)
     return all(type(i) is int and i >= 0 for i in (*first, *index[1:]))
+
+
+def _along(index: tuple, value: Tensor, shape: tuple[int, ...]) -> tuple[tuple[int, ...], Tensor, int] | None:
+    """(rows, value with the rows' axis, d) for an index of d ≥ 1 full slices then a plain int or tuple of them."""
+    if not (isinstance(index, tuple) and len(index) >= 2 and all(_full(i) for i in index[:-1])):
+        return None
+    d, last = len(index) - 1, index[-1]
+    rows = last if isinstance(last, tuple) else (last,)
+    if not rows or not all(type(i) is int and i >= 0 for i in rows):
+        return None
+    value = value if isinstance(last, tuple) else value.unsqueeze(d)
+    return (rows, value, d) if tuple(value.shape) == shape[:d] + (len(rows),) + shape[d + 1 :] else None
+
+
+def _full(i: object) -> bool:
+    return isinstance(i, slice) and i == slice(None)
 
 
 @functools.cache

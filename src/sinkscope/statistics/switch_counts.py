@@ -7,6 +7,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from sinkscope.functional.patterns import later_queries
 from sinkscope.functional.switch import finalize_switch, switch_block_sums, value_drain
 from sinkscope.statistics.state import Sum
 from sinkscope.statistics.statistic import QueryBlock, Statistic, Tables
@@ -37,9 +38,9 @@ class SwitchCounts(Statistic):
         sums = switch_block_sums(rows.out_norms, self._value_norms[layer], rows.hard_sink, rows.start, self.tau)
         for name, value in sums.items():
             self.sums[name].add(value, (layer,))
-        queries = torch.arange(rows.start, rows.start + rows.out_norms.shape[-1], device=rows.out_norms.device)
-        every_head = (rows.hard_sink | rows.hard_diag).all(dim=-2) & (queries >= 1)  # (..., B, Q)
-        self.mlp_like.add(every_head.sum((-2, -1)).double(), (layer,))
+        queries = later_queries(rows.start, rows.out_norms.shape[-1], str(rows.out_norms.device))  # t ≥ 1
+        every_head = (rows.hard_sink | rows.hard_diag).all(dim=-2) & queries  # (..., B, Q)
+        self.mlp_like.add(every_head.sum((-2, -1), dtype=torch.float64), (layer,))
 
     def end_batch(self, batch_size: int) -> None:
         self._value_norms.clear()
