@@ -5,7 +5,10 @@ markup and holds the inline JS.
 Per head the page shows the SPEC §2 scores and head class of `sinkscope.functional.patterns` (same thresholds as
 `analyze`) computed from the full-precision maps of this one text; per layer the BOS geometry of SPEC §4
 (`sinkscope.functional.geometry`) and the MLP-like fraction of SPEC §3; the maps themselves are embedded quantised
-(`sinkscope.explorer.quantise`: every causal entry to within 7.6e-6).
+(`sinkscope.explorer.quantise`: every causal entry to within 7.6e-6). A layer without a softmax map (Qwen3-Next's
+linear-attention layers: NaN maps in the capture) is listed in `linear_layers`; the page labels its row
+"linear attention: no softmax map" and keeps no map or score for it; its heads get the class `linear`, as in
+`sinkscope.attention`.
 """
 
 from __future__ import annotations
@@ -94,12 +97,21 @@ def received_scores(attn: Tensor) -> Tensor:
     return below / torch.arange(T - 2, 0, -1, dtype=attn.dtype, device=attn.device)
 
 
+def linear_layers(attn: Tensor) -> list[int]:
+    """The layers without a softmax map: their maps in the capture are NaN throughout (`capture_text`)."""
+    return attn.flatten(1).isnan().all(1).nonzero().flatten().tolist()
+
+
 def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) -> list[list[dict]]:
     """Per (layer, head) of one text: the scores and head class of `sinkscope.attention` (the same functions,
     `pipelines.attention_maps.head_scores` / `head_classes`), the value drain and the strongest non-BOS keys
-    (largest `received`, among keys with at least `MIN_READERS` later tokens)."""
+    (largest `received`, among keys with at least `MIN_READERS` later tokens). A linear-attention layer's heads:
+    class `linear`, scores NaN (shown as a dash), no keys."""
     a = attn.double()
-    scores = {**head_scores(a, delta), "value_drain": value_drain(value_norms.double())}
+    linear = set(linear_layers(attn))
+    no_map = torch.tensor([layer in linear for layer in range(a.shape[0])])[:, None]  # (L, 1)
+    scores = {name: value.masked_fill(no_map, torch.nan)
+              for name, value in {**head_scores(a, delta), "value_drain": value_drain(value_norms.double())}.items()}
     classes = head_classes(scores, epsilon)
     T = a.shape[-1]
     readers = min(MIN_READERS, (T - 1) // 2)
@@ -111,11 +123,11 @@ def head_table(attn: Tensor, value_norms: Tensor, epsilon: float, delta: float) 
         row = []
         for head in range(H):
             cell = {name: round(float(value[layer, head]), 4) for name, value in scores.items()}
-            cell["cls"] = str(classes[layer, head])
-            cell["sinks"] = [
+            cell["cls"] = "linear" if layer in linear else str(classes[layer, head])
+            cell["sinks"] = [] if layer in linear else [
                 [int(k) + 1, round(float(v), 4)]
                 for k, v in zip(top.indices[layer, head], top.values[layer, head])
-            ]
+            ]  # fmt: skip
             row.append(cell)
         table.append(row)
     return table
@@ -146,10 +158,12 @@ def opening_head(attn: Tensor, delta: float = 0.1) -> tuple[int, int]:
     """The head the page opens on: the largest sink score α = mean_t A[t,0] among the heads whose map is not one
     BOS column (fewer than half their queries t ≥ 1 put ≥ 1-δ on BOS); among all heads if every head is such a
     pure sink. The first in layer, head order wins a tie. A sink head is the pattern the page is about; a pure
-    one shows a single dark column and nothing else, and layer 0 head 0 is often a dense, near-blank map."""
+    one shows a single dark column and nothing else, and layer 0 head 0 is often a dense, near-blank map.
+    Linear-attention layers (NaN maps) are never opened on."""
     a = attn.double()
-    alpha = sink_score(a)  # (L, H)
-    structured = hard_sink_frac(a, delta) < 0.5
+    linear = a.isnan().flatten(2).all(-1)  # (L, H)
+    alpha = sink_score(a).masked_fill(linear, -2.0)  # (L, H)
+    structured = (hard_sink_frac(a, delta) < 0.5) & ~linear
     if structured.any():
         alpha = alpha.masked_fill(~structured, -1.0)
     index = int(alpha.flatten().argmax())
@@ -182,9 +196,11 @@ def script_json(data: dict) -> str:
 
 def layer_table(capture: TextCapture, delta: float) -> list[dict]:
     """Per layer of one text: BOS cosine of z and norm ratio of h (SPEC §4), and the MLP-like tokens (SPEC §3):
-    queries t ≥ 1 at which every head is hard-sink or hard-diagonal."""
+    queries t ≥ 1 at which every head is hard-sink or hard-diagonal (none, and `mlp_like` NaN, for a
+    linear-attention layer: it has no map to read them from)."""
     cos = bos_cosine(capture.z).double()  # (L, T-1)
     ratio_h, ratio_z = bos_norm_ratio(capture.h), bos_norm_ratio(capture.z)
+    linear = set(linear_layers(capture.attn))
     rows = []
     for layer in range(capture.attn.shape[0]):
         _, hard_sink, hard_diag = pattern_block_sums(capture.attn[layer][None], 0, delta)
@@ -195,8 +211,8 @@ def layer_table(capture: TextCapture, delta: float) -> list[dict]:
             "cos_z_nonpos": round(float((cos[layer] <= 0).double().mean()), 4),
             "norm_ratio_h": round(float(ratio_h[layer]), 3),
             "norm_ratio_z": round(float(ratio_z[layer]), 3),
-            "mlp_like": round(float(mlp[1:].double().mean()), 4),
-            "mlp_tokens": mlp.nonzero().flatten().tolist(),
+            "mlp_like": math.nan if layer in linear else round(float(mlp[1:].double().mean()), 4),
+            "mlp_tokens": [] if layer in linear else mlp.nonzero().flatten().tolist(),
         })  # fmt: skip
     return rows
 
@@ -212,6 +228,7 @@ def page_data(lm: LoadedModel, capture: TextCapture, epsilon: float, delta: floa
         "n_layers": L,
         "n_heads": H,
         "n_tokens": T,
+        "linear_layers": linear_layers(capture.attn),
         "ids": capture.ids.tolist(),
         "tokens": token_texts(lm.tokenizer, capture.ids),
         "heads": head_table(capture.attn, capture.value_norms, epsilon, delta),
@@ -248,14 +265,12 @@ def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta
 
 
 def check_softmax_layers(lm: LoadedModel) -> None:
-    """A clear error for a model with layers that have no softmax attention map (Qwen3-Next's linear-attention
-    layers): the page draws one map per head of every layer."""
-    softmax = softmax_layers(lm.family, lm.layers)
-    linear = sorted(set(range(len(lm.layers))) - set(softmax))
-    if linear:
+    """A clear error for a model none of whose layers has a softmax attention map: the page would have no map to
+    draw (a model with some linear-attention layers, as Qwen3-Next, is drawn with those layers labelled)."""
+    if not softmax_layers(lm.family, lm.layers):
         raise SinkscopeError(
-            f"view draws every layer's softmax attention map, and layers {linear} of this {lm.family.name} model are "
-            "linear-attention layers without one: use sinkscope.attention(...) (NaN maps there) or `sinkscope analyze`"
+            f"view draws softmax attention maps, and no layer of this {lm.family.name} model has one (all "
+            f"{len(lm.layers)} are linear attention): use `sinkscope analyze` for its residual-stream statistics"
         )
 
 

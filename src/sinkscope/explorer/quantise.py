@@ -7,7 +7,8 @@ becomes the code `q = round(p · (2^b - 1))`, so the page's `q / (2^b - 1)` is w
 Layout: head (l, h) in row-major order, then query rows t = 0..T-1, each holding keys 0..t, i.e. head
 `l·H + h` holds `T(T+1)/2` entries, its row t starting at `t(t+1)/2`. Each head is its own zlib stream (so the
 page decompresses the head it shows first and the rest in the background, with the browser's
-`DecompressionStream`); within a head, codes over 8 bits are stored as two byte planes (all high bytes, then all
+`DecompressionStream`); a head without a softmax map (NaN throughout: a linear-attention layer) has an empty
+stream; within a head, codes over 8 bits are stored as two byte planes (all high bytes, then all
 low bytes: the high plane is mostly zeros and compresses well), 8-bit codes as one. The streams are concatenated
 and base64-encoded; `offsets[i]` is where head i's stream starts (the last entry: the total length).
 """
@@ -41,11 +42,13 @@ def quantise_maps(attn: Tensor, bits: int = 16) -> tuple[str, list[int]]:
     codes = np.rint(np.clip(probs, 0.0, 1.0) * levels(bits))
     streams, offsets = [], [0]
     for head in codes:
-        if bits <= 8:
+        if np.isnan(head).all():  # no softmax map: nothing stored, read back as NaN
+            raw = b""
+        elif bits <= 8:
             raw = head.astype(np.uint8).tobytes()
         else:  # big-endian: each code's high byte first, so the (2, N) view is (high plane, low plane)
             raw = np.ascontiguousarray(head.astype(">u2").view(np.uint8).reshape(-1, 2).T).tobytes()
-        streams.append(zlib.compress(raw, 6))
+        streams.append(zlib.compress(raw, 6) if raw else b"")
         offsets.append(offsets[-1] + len(streams[-1]))
     return base64.b64encode(b"".join(streams)).decode("ascii"), offsets
 
@@ -53,11 +56,15 @@ def quantise_maps(attn: Tensor, bits: int = 16) -> tuple[str, list[int]]:
 def dequantise_maps(
     payload: str, offsets: list[int], layers: int, heads: int, seq_len: int, bits: int = 16
 ) -> np.ndarray:
-    """The inverse of `quantise_maps` up to `quant_error(bits)`: (L, H, T, T) float64, zeros above the diagonal."""
+    """The inverse of `quantise_maps` up to `quant_error(bits)`: (L, H, T, T) float64, zeros above the diagonal;
+    NaN for a head stored without a map (an empty stream)."""
     blob = base64.b64decode(payload)
     rows, cols = np.tril_indices(seq_len)
     maps = np.zeros((layers * heads, seq_len, seq_len))
     for index in range(layers * heads):
+        if offsets[index] == offsets[index + 1]:
+            maps[index] = np.nan
+            continue
         raw = np.frombuffer(zlib.decompress(blob[offsets[index] : offsets[index + 1]]), dtype=np.uint8)
         codes = raw.astype(np.int64) if bits <= 8 else raw[: len(rows)].astype(np.int64) * 256 + raw[len(rows) :]
         maps[index, rows, cols] = codes / levels(bits)
