@@ -53,11 +53,12 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     assert first["reused"][tiny_model] == []
     stamps = section_stamps(out)
     # 3 analyses and their 3 per-window evidence passes, the switch pass, certificates, ablate (zero, bos, sink
-    # queries), cost-layers, weights, theory
-    assert len(stamps) == 14
+    # queries), cost-layers, weights, theory; issue 36's evict, dense, prevalence, switch-assumptions and the theory's
+    # cost regimes
+    assert len(stamps) == 19
 
     second = reproduce(config, out)
-    assert len(second["reused"][tiny_model]) == 13 and second["section_seconds"][tiny_model] == {}
+    assert len(second["reused"][tiny_model]) == 17 and second["section_seconds"][tiny_model] == {}
     assert section_stamps(out) == stamps  # nothing recomputed
     assert json.loads((out / "verdicts.json").read_text()) == records
 

@@ -21,6 +21,7 @@ from sinkscope.reproduction.cost_claims import (
     cost_closed_forms_verdict,
     cost_real_verdict,
 )
+from sinkscope.reproduction.experiment_claims import THRESHOLDS as EXPERIMENT_THRESHOLDS
 from sinkscope.reproduction.geometry_claims import (
     GEOMETRY,
     REPRESENTABILITY,
@@ -377,7 +378,7 @@ def test_the_docs_list_every_threshold_of_every_claim():
                   "sink_ablation": ABLATION, "dormant_heads": ABLATION, "cost_closed_forms": COST_CLOSED,
                   "cost_real_layers": COST_REAL, "bigram_backcopy_regimes": REGIMES,
                   "weights_low_rank": WEIGHTS_LOW_RANK, "weights_bos_alignment": WEIGHTS_ALIGNMENT,
-                  "gu_sink_rate": GU}  # fmt: skip
+                  "gu_sink_rate": GU, **EXPERIMENT_THRESHOLDS}  # fmt: skip
     assert set(thresholds) == set(CLAIMS) - {"mlp_like"}
     for claim, names in thresholds.items():
         for name in names:

@@ -61,7 +61,7 @@ def test_the_plan_orders_the_sections_and_the_ablations_carry_the_first_analysis
                      "analyze-builtin-repeat", "ablate", "ablate-bos", "sink-queries", "switch-builtin-prose",
                      "switch-builtin-code", "cost-layers", "weights", "evidence-builtin-prose",
                      "evidence-builtin-code", "evidence-builtin-random", "evidence-builtin-repeat",
-                     "certificates"]  # fmt: skip
+                     "certificates", "evict", "dense", "prevalence", "switch-assumptions"]  # fmt: skip
     assert len({section.directory for section in plan.in_order()}) == len(names)
     first = plan.analyses["builtin:prose"]
     for section in (*plan.ablations, plan.sink_queries):

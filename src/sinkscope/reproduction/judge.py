@@ -4,7 +4,7 @@ tables the report shows and links each verdict to. No model, no I/O: tables in, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -13,6 +13,7 @@ from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction.ablation_claims import ablation_verdict, dormant_curve, sink_ablation_verdict
 from sinkscope.reproduction.config import DELTA_SCALES, ReproduceConfig
 from sinkscope.reproduction.cost_claims import cost_closed_forms_verdict, cost_real_verdict
+from sinkscope.reproduction.experiment_claims import judge_experiments
 from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
 from sinkscope.reproduction.regime_claims import regimes_verdict
 from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
@@ -56,6 +57,7 @@ class Measurements:
     alignment: pd.DataFrame
     sink_queries: dict[str, np.ndarray]
     switch: dict[str, dict[str, np.ndarray]]
+    experiments: dict = field(default_factory=dict)  # issue 36's sections by name (`experiment_sections`)
 
 
 def at_delta(array: np.ndarray) -> np.ndarray:
@@ -230,6 +232,9 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
               "mean_sink_score": m.runs[corpus].meta["summary"]["mean_sink_score"],
               "windows": m.runs[corpus].meta["corpus"].get("windows")} for corpus in m.runs]),  # fmt: skip
     }
+    if m.experiments:
+        more, more_tables = judge_experiments(model, config, m.experiments)
+        verdicts, tables = verdicts + more, tables | more_tables
     return verdicts, tables
 
 

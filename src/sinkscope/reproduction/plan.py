@@ -18,6 +18,7 @@ import pandas as pd
 
 from sinkscope.reproduction.config import ANCHOR_CORPORA, DELTA_SCALES, ReproduceConfig
 from sinkscope.reproduction.cost_section import cost_layers_section
+from sinkscope.reproduction.experiment_sections import experiment_sections
 from sinkscope.reproduction.files import is_fresh, log, write_key
 from sinkscope.reproduction.judge import Measurements
 from sinkscope.reproduction.sections import (
@@ -47,12 +48,14 @@ class ModelPlan:
     weights: Section
     evidence: dict[str, Section]  # every analysed corpus -> per-window sums
     certificates: Section
+    experiments: dict[str, Section] = field(default_factory=dict)  # issue 36's: eviction, dense, prevalence, …
 
     def in_order(self) -> list[Section]:
         """The sections in the order they are computed: analyses, ablations, sink queries, switch, costs, weights,
-        evidence, certificates (the model's passes before the half-space programs, the slowest part)."""
+        evidence, certificates (the model's passes before the half-space programs, the slowest part), then issue
+        36's experiments."""
         return [*self.analyses.values(), *self.ablations, self.sink_queries, *self.switch.values(), self.costs,
-                self.weights, *self.evidence.values(), self.certificates]  # fmt: skip
+                self.weights, *self.evidence.values(), self.certificates, *self.experiments.values()]  # fmt: skip
 
     def measurements(self, read: dict[Path, Any]) -> Measurements:
         """The judge's evidence from `read` (section directory -> what its `load` returned)."""
@@ -65,7 +68,8 @@ class ModelPlan:
         return Measurements(runs=by_corpus(self.analyses), ablation=ablation, costs=read[self.costs.directory],
                             weights=read[self.weights.directory], evidence=by_corpus(self.evidence),
                             certificates=certificates, alignment=alignment,
-                            sink_queries=read[self.sink_queries.directory], switch=by_corpus(self.switch))  # fmt: skip
+                            sink_queries=read[self.sink_queries.directory], switch=by_corpus(self.switch),
+                            experiments=by_corpus(self.experiments))  # fmt: skip
 
 
 def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
@@ -90,6 +94,7 @@ def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
         evidence={corpus: evidence_section(name, config, out, corpus, scales if corpus in main else (1.0,))
                   for corpus in analyses},  # fmt: skip
         certificates=certificates_section(name, config, out),
+        experiments=experiment_sections(name, config, out),
     )
 
 

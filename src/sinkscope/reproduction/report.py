@@ -153,13 +153,14 @@ def model_note(models: list[str]) -> str:
 
 
 def write_tables(
-    directory: Path, evidence: dict[str, dict], theory: pd.DataFrame, regimes: pd.DataFrame | None = None
+    directory: Path, evidence: dict[str, dict], theory: pd.DataFrame, regimes: pd.DataFrame | None = None,
+    extra: dict[str, pd.DataFrame] | None = None,
 ) -> list[str]:
-    """tables/NAME.csv: each evidence table over models (a `model` column first), cost_theory.csv and, when the
-    regime map ran, regime_cells.csv."""
+    """tables/NAME.csv: each evidence table over models (a `model` column first), cost_theory.csv, each model-free
+    table of `extra` and, when the regime map ran, regime_cells.csv."""
     names = []
     for name in ("geometry", "switch", "switch_routes", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
-                 "anchors"):
+                 "anchors", "eviction", "dense", "prevalence", "switch_assumptions"):
         frames = [tables[name].assign(model=model) for model, tables in evidence.items() if name in tables]
         if frames:
             frame = pd.concat(frames, ignore_index=True)
@@ -168,6 +169,9 @@ def write_tables(
             names.append(f"{name}.csv")
     theory.to_csv(directory / "cost_theory.csv", index=False)
     names.append("cost_theory.csv")
+    for name, frame in (extra or {}).items():
+        frame.to_csv(directory / f"{name}.csv", index=False)
+        names.append(f"{name}.csv")
     if regimes is not None:
         regimes.to_csv(directory / "regime_cells.csv", index=False)
         names.append("regime_cells.csv")
@@ -175,10 +179,11 @@ def write_tables(
 
 
 @no_mathtext()
-def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: pd.DataFrame, regimes: dict) -> None:
-    """Write verdicts.json, tables/, figures/, report.md and report.html into `out`."""
+def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: pd.DataFrame, regimes: dict,
+                  extra: dict[str, pd.DataFrame] | None = None) -> None:  # fmt: skip
+    """Write verdicts.json, tables/, figures/, report.md and report.html into `out` (`extra`: model-free tables)."""
     with swapped_directory(out / "tables") as staging:
-        table_names = write_tables(staging, evidence, theory, regimes.get("cells"))
+        table_names = write_tables(staging, evidence, theory, regimes.get("cells"), extra)
     figures = _figures(evidence, theory)
     with swapped_directory(out / "figures") as staging:
         for name, png in figures.items():

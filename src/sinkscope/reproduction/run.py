@@ -20,6 +20,8 @@ section whose key matches is read back instead of recomputed, so a rerun only do
     MODEL/certificates/     half-space certificates of the middle layers on every raw context token, with random-
                             token controls, and the p̂/q̂ alignment of each head's W_QK over RoPE offsets
     theory/cost/            closed forms over T and exact programs on orthonormal embeddings
+    theory/cost-regimes/    the predicted sink/diagonal cost boundary beside the exact costs (`experiment_sections`)
+    MODEL/evict/, dense/, prevalence/, switch-assumptions/   issue 36's experiments (`experiment_sections`)
     regimes/                bigram-backcopy regime runs (when available)
     tables/*.csv, verdicts.json, report.md, report.html
 """
@@ -41,6 +43,8 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     from sinkscope.corpus.sources import check_source
     from sinkscope.reproduction.claim_texts import with_claim_text
     from sinkscope.reproduction.cost_section import cost_theory
+    from sinkscope.reproduction.experiment_claims import cost_boundary_verdict
+    from sinkscope.reproduction.experiment_sections import cost_regimes_theory
     from sinkscope.reproduction.judge import judge_model, judge_theory
     from sinkscope.reproduction.plan import model_opener, model_plan, walk
     from sinkscope.reproduction.regime_section import regime_runs
@@ -52,6 +56,7 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     theory = cost_theory(config, out)
+    boundary = cost_regimes_theory(config, out)
     verdicts: list = []
     evidence: dict[str, dict] = {}
     reused: dict[str, list[str]] = {}
@@ -65,7 +70,7 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         evidence[name] = tables
         reused[name], seconds[name] = walked.reused, walked.seconds
     regimes = regime_runs(config, out)  # last: it trains small models, the slowest part on a busy machine
-    verdicts = [*judge_theory(theory, regimes), *verdicts]
+    verdicts = [*judge_theory(theory, regimes), cost_boundary_verdict(**boundary, seed=config.seed), *verdicts]
     summary = {
         "config": config.to_dict(),
         "verdicts": [with_claim_text(v.to_dict()) for v in verdicts],
@@ -75,6 +80,6 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         "regimes": {k: v for k, v in regimes.items() if k != "cells"},
     }
     log("writing the report")
-    write_reports(out, summary, evidence, theory, regimes)
+    write_reports(out, summary, evidence, theory, regimes, {"cost_regimes": boundary["geometry"]})
     log(f"done in {time.perf_counter() - started:.0f} s: {out / 'report.html'}")
     return summary

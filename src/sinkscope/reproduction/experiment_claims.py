@@ -1,0 +1,250 @@
+"""The claims of issue 36's experiments (`reproduction.experiment_sections`), judged by the steps of
+`reproduction.verdicts` (units, decision on effect sizes, bootstrap over the right unit, every threshold varied):
+
+- `sink_in_use` (windows): the loss a recent-window KV cache costs, and how much of it keeping BOS restores,
+  against keeping one random early context token instead;
+- `dense_causal` (windows): the share of heads, and of whole layers, whose uniform attention (λ = 1) inside the
+  real forward pass raises the mean pairwise cosine of the residual leaving the layer;
+- `prevalence` (windows): the share of sink heads against the share of diagonal heads, each head classified in
+  each window;
+- `switch_assumptions` (windows): the `switch` effect (the best τ's smaller conditional) restricted to the
+  (layer, window) cells where the theorem's assumptions hold (full-rank contexts, BOS off their span);
+- `cost_boundary` (random embedding draws, within their (T, rank) cell): the share of draws where the closed-form
+  boundary (Wendel's P(H1) < ½ → diagonal, r ≥ T + 1 → sink) names the exact winner, beside the vocabulary-level
+  closed forms against the exact programs.
+
+`judge_experiments` turns the sections' read-back data into verdicts and the tables the report links.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.minima import MIN_DRAWS, MIN_HEADS, MIN_WINDOWS
+from sinkscope.reproduction.switch_claims import GRID, SWITCH, TAU_CURVE, switch_curves
+from sinkscope.reproduction.verdicts import (
+    NOT_MEASURABLE,
+    NOT_SUPPORTED,
+    PARTLY,
+    SUPPORTED,
+    Verdict,
+    graded,
+    judge,
+    too_few,
+)
+
+SINK_IN_USE = {"recovered_min": 0.5, "control_max": 0.5, "partly_min": 0.2}
+DENSE_CAUSAL = {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
+PREVALENCE = {"ratio_min": 2.0, "sink_min": 0.2}
+ASSUMPTIONS = SWITCH | {"min_distance": 0.05}
+COST_BOUNDARY = {"miss_tol": 0.1, "partly_min": 0.5}
+THRESHOLDS = {"sink_in_use": SINK_IN_USE, "dense_causal": DENSE_CAUSAL, "prevalence": PREVALENCE,
+              "switch_assumptions": ASSUMPTIONS, "cost_boundary": COST_BOUNDARY}  # by claim (docs/reproduction.md)
+
+
+def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict | None = None, seed: int = 0
+                        ) -> Verdict:  # fmt: skip
+    """Per window: eviction cost `recent − full`; the sink's effect `recent − sink` (primary, nats/token); its
+    share of the cost (`recovered_share`) and the control token's (`control_recovered_share`), ratios of means.
+    Supported: the sink recovers ≥ `recovered_min` of the cost and the control ≤ `control_max` × the sink's;
+    partly: the sink recovers ≥ `partly_min`; not measurable where eviction costs nothing."""
+    units = {name: np.asarray(losses[name], float) for name in ("full", "recent", "sink", "control")}
+
+    def effects(u, th):
+        cost = float((u["recent"] - u["full"]).mean())
+        kept = float((u["recent"] - u["sink"]).mean())
+        control = float((u["recent"] - u["control"]).mean())
+        if not cost > 0:
+            return {"delta_sink_kept": kept, "recovered_share": math.nan, "eviction_cost": cost}
+        return {"delta_sink_kept": kept, "recovered_share": kept / cost, "control_recovered_share": control / cost,
+                "eviction_cost": cost, "delta_control_kept": control}  # fmt: skip
+
+    def decide(e, th):
+        share = e["recovered_share"]
+        if not math.isfinite(share):
+            return NOT_MEASURABLE
+        if share >= th["recovered_min"] and e["control_recovered_share"] <= th["control_max"] * share:
+            return SUPPORTED
+        return PARTLY if share >= th["partly_min"] else NOT_SUPPORTED
+
+    return judge("sink_in_use", model, units, effects, decide, SINK_IN_USE, over="windows", min_units=MIN_WINDOWS,
+                 fractions=tuple(SINK_IN_USE), evidence=extra, seed=seed)  # fmt: skip
+
+
+def dense_causal_verdict(model: str, cosines: pd.DataFrame, seed: int = 0) -> Verdict:
+    """From per-window cosines (window, layer, head (−1: the layer), lam, cos): per head, Δcos = cos(λ = 1) −
+    cos(λ = 0) averaged over the (resampled) windows; effects the share of heads (primary) and of layers with
+    Δcos > `rise_min`. Supported: both ≥ 1 − `counteract_tol`; partly: either ≥ `partly_frac`."""
+    wide = cosines.pivot_table(index="window", columns=["layer", "head", "lam"], values="cos", aggfunc="first")
+    delta = wide.xs(1.0, axis=1, level="lam") - wide.xs(0.0, axis=1, level="lam")  # (W, units)
+    is_layer = delta.columns.get_level_values("head").to_numpy() < 0
+    units = {"heads": delta.loc[:, ~is_layer].to_numpy(float), "layers": delta.loc[:, is_layer].to_numpy(float)}
+    n_heads = units["heads"].shape[1]
+    if n_heads < MIN_HEADS:
+        return too_few("dense_causal", model, "heads", n_heads, MIN_HEADS, thresholds=DENSE_CAUSAL)
+
+    def effects(u, th):
+        heads, layers = u["heads"].mean(0), u["layers"].mean(0)
+        return {"head_share_smoothing": float((heads > th["rise_min"]).mean()),
+                "layer_share_smoothing": float((layers > th["rise_min"]).mean()),
+                "median_dcos_head": float(np.median(heads)), "median_dcos_layer": float(np.median(layers))}  # fmt: skip
+
+    def decide(e, th):
+        heads, layers = e["head_share_smoothing"], e["layer_share_smoothing"]
+        if min(heads, layers) >= 1 - th["counteract_tol"]:
+            return SUPPORTED
+        return PARTLY if max(heads, layers) >= th["partly_frac"] else NOT_SUPPORTED
+
+    extra = {"n_heads": n_heads, "n_layers": int(units["layers"].shape[1])}
+    return judge("dense_causal", model, units, effects, decide, DENSE_CAUSAL, over="windows", min_units=MIN_WINDOWS,
+                 fractions=("counteract_tol", "partly_frac"), evidence=extra, seed=seed)  # fmt: skip
+
+
+def prevalence_verdict(model: str, classes: pd.DataFrame, seed: int = 0) -> Verdict:
+    """From one row per (window, layer, head) with its `class`: per window the share of sink and of diagonal heads;
+    effect sink share − diagonal share (primary). Supported: sink share ≥ `ratio_min` × diagonal share and ≥
+    `sink_min`; partly: sink share > diagonal share; not measurable when neither class occurs."""
+    shares = pd.crosstab(classes["window"], classes["class"], normalize="index")
+    units = {name: (shares[name] if name in shares else pd.Series(0.0, index=shares.index)).to_numpy(float)
+             for name in ("sink", "diagonal")}  # fmt: skip
+
+    def effects(u, th):
+        sink, diagonal = float(u["sink"].mean()), float(u["diagonal"].mean())
+        if sink == 0 and diagonal == 0:
+            return {"sink_minus_diagonal": math.nan}
+        return {"sink_minus_diagonal": sink - diagonal, "sink_share": sink, "diagonal_share": diagonal,
+                "sink_over_diagonal": sink / diagonal if diagonal > 0 else math.inf}  # fmt: skip
+
+    def decide(e, th):
+        if not math.isfinite(e["sink_minus_diagonal"]):
+            return NOT_MEASURABLE
+        if e["sink_share"] >= th["ratio_min"] * e["diagonal_share"] and e["sink_share"] >= th["sink_min"]:
+            return SUPPORTED
+        return PARTLY if e["sink_share"] > e["diagonal_share"] else NOT_SUPPORTED
+
+    extra = {"epsilon": 0.3, "heads_per_window": int(len(classes) / max(classes["window"].nunique(), 1))}
+    return judge("prevalence", model, units, effects, decide, PREVALENCE, over="windows", min_units=MIN_WINDOWS,
+                 fractions=("sink_min",), evidence=extra, seed=seed)  # fmt: skip
+
+
+def best_min_conditional(counts: np.ndarray) -> tuple[float, int]:
+    """max over τ of min(P(sink | off), P(off | sink)) from pooled 2×2 counts (τ, 4), and the best τ's index."""
+    curves = switch_curves(counts)
+    smaller = np.minimum(curves["p_sink_given_off"], curves["p_off_given_sink"])
+    if not np.isfinite(smaller).any():
+        return math.nan, -1
+    best = int(np.nanargmax(smaller))
+    return float(smaller[best]), best
+
+
+def assumptions_verdict(model: str, arrays: dict[str, np.ndarray], seed: int = 0) -> Verdict:
+    """`switch` restricted to the (window, layer) cells where the assumptions hold: rank of z_1..z_{T−1} full
+    (= min(T − 1, width)) and |z_0 − P z_0| / |z_0| ≥ `min_distance`. Effect: the restricted best τ's smaller
+    conditional (primary), beside the same over every cell and the share of cells that hold. Graded like
+    `switch` (≥ 1 − `miss_tol` supported, ≥ `partly_min` partly)."""
+    full = np.asarray(arrays["rank"]) == min(int(arrays["n_contexts"]), int(arrays["width"]))
+    units = {"curve": np.asarray(arrays["curve"], float), "distance": np.asarray(arrays["distance"], float),
+             "full_rank": full}  # fmt: skip
+
+    def effects(u, th):
+        scale = th["delta"] / SWITCH["delta"]
+        index = [i for i, d in enumerate(GRID) if math.isclose(scale, d)]
+        holds = u["full_rank"] & (u["distance"] >= th["min_distance"])
+        if not index:
+            return {"best_min_conditional_where_hold": math.nan}
+        curve = u["curve"][:, :, index[0]]  # (W, L, τ, 4)
+        held, best = best_min_conditional((curve * holds[..., None, None]).sum((0, 1)))
+        every, _ = best_min_conditional(curve.sum((0, 1)))
+        failing = curve * ~holds[..., None, None]
+        return {"best_min_conditional_where_hold": held, "best_min_conditional_all": every,
+                "tau_best": float(TAU_CURVE[best]) if best >= 0 else math.nan, "cells_hold_share": float(holds.mean()),
+                "switched_off_where_fail": float(failing[:, :, TAU_CURVE.index(0.1), :2].sum())}  # fmt: skip
+
+    def decide(e, th):
+        return graded(e["best_min_conditional_where_hold"], 1 - th["miss_tol"], th["partly_min"])
+
+    extra = {"n_layers": int(full.shape[1]), "n_contexts": int(arrays["n_contexts"]), "width": int(arrays["width"])}
+    return judge("switch_assumptions", model, units, effects, decide, ASSUMPTIONS, over="windows",
+                 min_units=MIN_WINDOWS, fractions=("miss_tol", "partly_min"), evidence=extra, seed=seed)  # fmt: skip
+
+
+def cost_boundary_verdict(vocabulary: pd.DataFrame, geometry: pd.DataFrame, seed: int = 0) -> Verdict:
+    """Draws where the boundary predicts a winner (not `undecided`), resampled within their (T, d, rank) cell:
+    `agreement` = share whose exact winner is the predicted one (primary); `vocabulary_agreement` = share of
+    (V, K, norm) rows whose closed-form winner is the exact one (exact, not resampled). Supported: both ≥ 1 −
+    `miss_tol`; partly: agreement ≥ `partly_min`."""
+    decided = geometry[geometry["cheaper_predicted"] != "undecided"]
+    vocab = float((vocabulary["cheaper_closed"] == vocabulary["cheaper_exact"]).mean()) if len(vocabulary) else math.nan
+    extra = {"vocabulary_rows": len(vocabulary), "draws": len(geometry), "undecided_draws": len(geometry) - len(decided),
+             "predicted_diagonal_draws": int((decided["cheaper_predicted"] == "diagonal").sum())}  # fmt: skip
+    cells = (decided["T"].astype(str) + "/" + decided["d"].astype(str) + "/" + decided["rank"].astype(str)).to_numpy()
+    units = {"agree": decided["agree"].to_numpy(bool)}
+
+    def effects(u, th):
+        return {"agreement": float(u["agree"].mean()), "vocabulary_agreement": vocab}
+
+    def decide(e, th):
+        if not math.isfinite(e["vocabulary_agreement"]):
+            return NOT_MEASURABLE
+        if min(e["agreement"], e["vocabulary_agreement"]) >= 1 - th["miss_tol"]:
+            return SUPPORTED
+        return PARTLY if e["agreement"] >= th["partly_min"] else NOT_SUPPORTED
+
+    return judge("cost_boundary", "theory", units, effects, decide, COST_BOUNDARY, over="random embedding draws",
+                 min_units=MIN_DRAWS, fractions=tuple(COST_BOUNDARY), evidence=extra, strata=cells, seed=seed)  # fmt: skip
+
+
+def eviction_table(losses: dict[str, np.ndarray]) -> pd.DataFrame:
+    """One row per window: the four losses and the control's position."""
+    names = ("full", "recent", "sink", "control")
+    return pd.DataFrame({f"loss_{name}": losses[name] for name in names}).assign(
+        window=np.arange(len(losses["full"])), control_position=losses["position"],
+        T=int(losses["seq_len"]), recent_window=int(losses["window"]))  # fmt: skip
+
+
+def dense_table(cosines: pd.DataFrame) -> pd.DataFrame:
+    """Per (layer, head; −1 = the layer): mean Δcos at λ = 1 over windows, with the windows' min and max."""
+    wide = cosines.pivot_table(index=["window", "layer", "head"], columns="lam", values="cos", aggfunc="first")
+    delta = (wide[1.0] - wide[0.0]).rename("dcos").reset_index()
+    return delta.groupby(["layer", "head"])["dcos"].agg(dcos="mean", dcos_min="min", dcos_max="max").reset_index()
+
+
+def prevalence_table(classes: pd.DataFrame) -> pd.DataFrame:
+    """Per (layer, class): the mean share of the layer's heads over windows (layer −1: the whole model)."""
+    frames = []
+    for layer, group in pd.concat([classes, classes.assign(layer=-1)]).groupby("layer"):
+        share = pd.crosstab(group["window"], group["class"], normalize="index").mean()
+        frames.append(pd.DataFrame({"layer": int(layer), "class": share.index, "share": share.to_numpy()}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def assumptions_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Per layer: share of windows where the assumptions hold (at min_distance), median rank and span distance,
+    and switched-off queries and hard sinks among them at τ = δ = 0.1."""
+    full = np.asarray(arrays["rank"]) == min(int(arrays["n_contexts"]), int(arrays["width"]))
+    holds = full & (np.asarray(arrays["distance"]) >= ASSUMPTIONS["min_distance"])
+    at = np.asarray(arrays["curve"])[:, :, GRID.index(1.0), TAU_CURVE.index(0.1)]  # (W, L, 4)
+    return pd.DataFrame({"layer": np.arange(holds.shape[1]), "holds_frac": holds.mean(0),
+                         "rank_median": np.median(arrays["rank"], 0), "span_distance_median": np.median(
+                             arrays["distance"], 0), "span_distance_min": np.min(arrays["distance"], 0),
+                         "switched_off": at[..., :2].sum((0, 2)), "switched_off_sink": at[..., 0].sum(0)})  # fmt: skip
+
+
+def judge_experiments(model: str, config: ReproduceConfig, read: dict) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:
+    """The verdicts of `sink_in_use`, `dense_causal`, `prevalence`, `switch_assumptions` on one model from the
+    sections' data (`read`: name of `experiment_sections.experiment_sections` → what its `load` returned), and
+    their tables (eviction, dense, prevalence, switch_assumptions)."""
+    corpus, seed = config.corpora[0], config.seed
+    losses, cosines, classes, arrays = read["eviction"], read["dense"], read["prevalence"], read["assumptions"]
+    extra = {"T": int(losses["seq_len"]), "recent_window": int(losses["window"]),
+             "loss_full": float(np.mean(losses["full"])), "loss_recent": float(np.mean(losses["recent"]))}  # fmt: skip
+    verdicts = [sink_in_use_verdict(model, losses, extra, seed), dense_causal_verdict(model, cosines, seed),
+                prevalence_verdict(model, classes, seed), assumptions_verdict(model, arrays, seed)]  # fmt: skip
+    tables = {"eviction": eviction_table(losses), "dense": dense_table(cosines), "prevalence": prevalence_table(classes),
+              "switch_assumptions": assumptions_table(arrays)}  # fmt: skip
+    return [replace(verdict, corpus=corpus) for verdict in verdicts], tables

@@ -1,0 +1,145 @@
+"""Issue 36's `reproduce` claims (`reproduction.experiment_claims`) on constructed numbers: each reaches supported,
+a weaker verdict and not measurable (too few units, or an effect that does not exist), and reads what its docs say
+(the sink against the control token, heads and layers, the cells where the assumptions hold, decided draws only)."""
+
+import numpy as np
+import pandas as pd
+
+from sinkscope.reproduction import verdicts as v
+from sinkscope.reproduction.claim_texts import CLAIMS, with_claim_text
+from sinkscope.reproduction.experiment_claims import (
+    THRESHOLDS,
+    assumptions_verdict,
+    cost_boundary_verdict,
+    dense_causal_verdict,
+    prevalence_verdict,
+    sink_in_use_verdict,
+)
+from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
+
+M = "m"
+S, P, N, NM = v.SUPPORTED, v.PARTLY, v.NOT_SUPPORTED, v.NOT_MEASURABLE
+
+
+def losses(W=10, full=3.0, recent=6.0, sink=3.5, control=5.9):
+    noise = np.random.default_rng(0).normal(0, 0.05, size=W)
+    return {name: value + noise for name, value in
+            (("full", full), ("recent", recent), ("sink", sink), ("control", control))}  # fmt: skip
+
+
+def test_sink_in_use_reads_the_sink_against_the_control_token():
+    supported = sink_in_use_verdict(M, losses())
+    assert supported.verdict == S and supported.interval["effect"] == "delta_sink_kept"
+    assert abs(supported.interval["estimate"] - 2.5) < 1e-9 and supported.interval["over"] == "windows"
+    assert abs(supported.evidence["recovered_share"] - 2.5 / 3.0) < 1e-9
+    # the control token restores as much as BOS: the sink is not special, only one more key
+    assert sink_in_use_verdict(M, losses(control=3.5)).verdict == P
+    assert sink_in_use_verdict(M, losses(sink=5.8)).verdict == N
+    free = sink_in_use_verdict(M, losses(recent=3.0))  # eviction costs nothing: no share to recover
+    assert free.verdict == NM and "recovered_share" in free.reason
+    few = sink_in_use_verdict(M, losses(W=4))
+    assert few.verdict == NM and few.reason.startswith("too few windows: 4")
+
+
+def cosines(rise_heads, rise_layers, W=8):
+    """Per-window cosines: λ = 0 at 0.5, λ = 1 at 0.5 + rise (per head (L, H), per layer (L,)), small noise."""
+    rng = np.random.default_rng(1)
+    rows = []
+    L, H = rise_heads.shape
+    for w in range(W):
+        for layer in range(L):
+            for head in [*range(H), -1]:
+                rise = rise_layers[layer] if head < 0 else rise_heads[layer, head]
+                rows += [{"window": w, "layer": layer, "head": head, "lam": 0.0, "cos": 0.5},
+                         {"window": w, "layer": layer, "head": head, "lam": 1.0,
+                          "cos": 0.5 + rise + rng.normal(0, 1e-5)}]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_dense_causal_needs_heads_and_layers_to_smooth_more():
+    L, H = 3, 8
+    up, down = np.full((L, H), 0.01), np.full((L, H), -0.01)
+    assert dense_causal_verdict(M, cosines(up, np.full(L, 0.01))).verdict == S
+    # every head smooths more, but no whole layer does: the layers' share decides the step down
+    assert dense_causal_verdict(M, cosines(up, np.full(L, -0.01))).verdict == P
+    assert dense_causal_verdict(M, cosines(down, np.full(L, -0.01))).verdict == N
+    mixed = up.copy()
+    mixed[:, :3] = -0.01  # 15 of 24 heads
+    record = dense_causal_verdict(M, cosines(mixed, np.full(L, 0.01)))
+    assert record.verdict == P and abs(record.interval["estimate"] - 15 / 24) < 1e-9
+    few = dense_causal_verdict(M, cosines(np.full((1, 8), 0.01), np.full(1, 0.01)))
+    assert few.verdict == NM and few.reason.startswith("too few heads: 8")
+
+
+def classes(per_window, W=10):
+    """(window, layer, head, class) rows: each window holds the classes of `per_window` (a list of names)."""
+    return pd.DataFrame([{"window": w, "layer": 0, "head": h, "class": name}
+                         for w in range(W) for h, name in enumerate(per_window)])  # fmt: skip
+
+
+def test_prevalence_compares_sink_and_diagonal_shares():
+    record = prevalence_verdict(M, classes(["sink"] * 7 + ["diagonal"] + ["mixed"] * 2))
+    assert record.verdict == S and abs(record.interval["estimate"] - 0.6) < 1e-9
+    assert prevalence_verdict(M, classes(["sink"] * 5 + ["diagonal"] * 3 + ["mixed"] * 2)).verdict == P  # ratio 5/3
+    assert prevalence_verdict(M, classes(["sink"] + ["diagonal"] * 5 + ["mixed"] * 4)).verdict == N
+    assert prevalence_verdict(M, classes(["mixed"] * 10)).verdict == NM  # neither class: nothing to compare
+    few = prevalence_verdict(M, classes(["sink"] * 10, W=4))
+    assert few.verdict == NM and few.reason.startswith("too few windows")
+
+
+def assumption_arrays(held, failed, distance_failing=0.01, W=8):
+    """Two layers: layer 0 holds (full rank, BOS far off the span) with 2×2 counts `held`; layer 1 has BOS at
+    `distance_failing` of its norm from the span, with counts `failed`; the same counts at every δ and τ."""
+    curve = np.zeros((W, 2, len(GRID), len(TAU_CURVE), 4))
+    curve[:, 0], curve[:, 1] = held, failed
+    distance = np.tile([0.5, distance_failing], (W, 1))
+    return {"curve": curve, "rank": np.full((W, 2), 15), "distance": distance, "n_contexts": np.array(15),
+            "width": np.array(32)}
+
+
+def test_switch_assumptions_judges_only_the_cells_where_they_hold():
+    perfect, broken = [10, 0, 0, 50], [0, 10, 10, 30]  # off·sink, off·no sink, on·sink, on·no sink
+    record = assumptions_verdict(M, assumption_arrays(perfect, broken))
+    assert record.verdict == S and record.interval["estimate"] == 1.0
+    assert record.evidence["best_min_conditional_all"] == 0.5 and record.evidence["cells_hold_share"] == 0.5
+    # the same counts with every cell holding: the failing layer is judged too
+    assert assumptions_verdict(M, assumption_arrays(perfect, broken, distance_failing=0.5)).verdict == P
+    assert assumptions_verdict(M, assumption_arrays([1, 9, 9, 41], broken)).verdict == N
+    never = assumption_arrays([0, 0, 0, 60], broken)  # no query switched off where the assumptions hold
+    assert assumptions_verdict(M, never).verdict == NM
+    few = assumptions_verdict(M, assumption_arrays(perfect, broken, W=4))
+    assert few.verdict == NM and few.reason.startswith("too few windows")
+
+
+def boundary(agree_share, n=24, undecided=10, vocabulary_match=1.0):
+    rows = []
+    for i in range(n):
+        cell = i % 3
+        rows.append({"T": 4 + 4 * cell, "d": 16, "rank": 2 + cell, "seed": i // 3, "cheaper_predicted": "diagonal",
+                     "agree": i < round(agree_share * n)})  # fmt: skip
+    rows += [{"T": 4, "d": 16, "rank": 4, "seed": s, "cheaper_predicted": "undecided", "agree": False}
+             for s in range(undecided)]  # fmt: skip
+    vocabulary = pd.DataFrame({"cheaper_closed": ["sink"] * 10,
+                               "cheaper_exact": ["sink"] * round(10 * vocabulary_match) +
+                               ["tie"] * (10 - round(10 * vocabulary_match))})  # fmt: skip
+    return vocabulary, pd.DataFrame(rows)
+
+
+def test_cost_boundary_counts_decided_draws_against_the_exact_winner():
+    record = cost_boundary_verdict(*boundary(1.0))
+    assert record.verdict == S and record.interval["n"] == 24 and "within strata" in record.interval["over"]
+    assert record.evidence["undecided_draws"] == 10
+    assert cost_boundary_verdict(*boundary(0.7)).verdict == P
+    assert cost_boundary_verdict(*boundary(0.25)).verdict == N
+    assert cost_boundary_verdict(*boundary(1.0, vocabulary_match=0.5)).verdict == P  # the closed forms miss
+    few = cost_boundary_verdict(*boundary(1.0, n=9))
+    assert few.verdict == NM and few.reason.startswith("too few random embedding draws: 9")
+
+
+def test_every_new_claim_has_its_words_and_its_thresholds_vary():
+    for claim in THRESHOLDS:
+        assert claim in CLAIMS
+    record = with_claim_text(sink_in_use_verdict(M, losses()).to_dict())
+    assert record["paper_claim"] == CLAIMS["sink_in_use"].paper_claim and record["table"] == "eviction"
+    varied = {r["threshold"] for r in sink_in_use_verdict(M, losses()).sensitivity}
+    assert varied == set(THRESHOLDS["sink_in_use"])
