@@ -24,7 +24,7 @@ CONFIG = AnalyzeConfig(epsilon=0.3, delta=0.2, tau=0.4, geometry_cap=0, seed=3, 
 FIRST = 4  # windows analysed before the "interruption"
 # One changed value per field of AnalyzeConfig (a new field without one fails test_every_config_field_is_listed).
 CHANGED = dict(epsilon=0.31, delta=0.21, tau=0.41, geometry_cap=8, seed=4, epsilons=(0.25,), diagonal=0.55,
-               previous=0.45, dense=0.75, learned_sink=0.2)  # fmt: skip
+               previous=0.45, dense=0.75, learned_sink=0.2, attention_precision="model")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +106,32 @@ def test_thresholds_at_zero_or_one_are_refused(field, value):
     with pytest.raises(SinkscopeError, match=f"--{field} {value} must lie strictly between 0 and 1"):
         AnalyzeConfig(**{field: (value,) if field == "epsilons" else value})
     AnalyzeConfig(**{field: (0.999,) if field == "epsilons" else 0.001})
+
+
+def test_a_reordered_epsilons_resumes_each_count_under_its_own_epsilon(tmp_path):
+    """Issue 32, item 16: `epsilons` given in another order on resume is the same analysis. The checkpoint keeps a
+    count per ε in the order first given; the resumed run counts in that order and lists the result in the order
+    asked for, so every ε's sink rate equals that of an uninterrupted run (in either order). Another set of ε is
+    still refused."""
+    lm, ids = build("llama"), token_windows(8)
+    first = dataclasses.replace(CONFIG, epsilons=(0.2, 0.35, 0.25))
+    checkpoint = tmp_path / "checkpoint"
+    analyze(lm, TokenWindows(ids[:FIRST], batch_size=2), first, progress=False, checkpoint_dir=checkpoint,
+            checkpoint_every=2)  # fmt: skip
+    reordered = dataclasses.replace(CONFIG, epsilons=(0.35, 0.25, 0.2))
+    kept = tmp_path / "kept"
+    shutil.copytree(checkpoint, kept)
+    resumed = analyze(lm, TokenWindows(ids, batch_size=2), reordered, progress=False, checkpoint_dir=checkpoint,
+                      checkpoint_every=2, resume=True)  # fmt: skip
+    fresh = analyze(lm, TokenWindows(ids, batch_size=2), first, progress=False)
+    fresh_reordered = analyze(lm, TokenWindows(ids, batch_size=2), reordered, progress=False)
+    rates = resumed.meta["summary"]["sink_rates"]
+    assert len(set(rates.values())) == 4  # ε = 0.3, 0.35, 0.25, 0.2 give four rates: a swap would show
+    assert rates == fresh.meta["summary"]["sink_rates"]
+    assert resumed.meta["summary"] == fresh_reordered.meta["summary"] and list(rates) == ["0.3", "0.35", "0.25", "0.2"]
+    assert resumed.meta["config"] == fresh_reordered.meta["config"]
+    for name in ("heads", "layers", "positions"):
+        pd.testing.assert_frame_equal(getattr(resumed, name), getattr(fresh, name), rtol=1e-6, atol=1e-9)
+    with pytest.raises(SinkscopeError, match="config.epsilons"):
+        analyze(lm, TokenWindows(ids, batch_size=2), dataclasses.replace(CONFIG, epsilons=(0.35, 0.2)),
+                progress=False, checkpoint_dir=kept, checkpoint_every=2, resume=True)  # fmt: skip

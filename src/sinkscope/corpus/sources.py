@@ -1,6 +1,7 @@
 """Text sources for a corpus (SPEC §1): files, directories, JSONL, `hf:` datasets and offline built-ins.
 
-Every source is a lazy iterator of documents (strings), so a corpus of any size streams. Token-level controls
+Every source is a lazy iterator of documents (strings), so a corpus of any size streams; `document_pieces` gives
+them in pieces, so one document of any size (a text file without blank lines) streams too. Token-level controls
 (`builtin:random`, `builtin:repeat`) have no text and are generated in `corpus/windows.py`.
 """
 
@@ -14,6 +15,9 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
+from sinkscope.corpus.text_file import CONTROL as _CONTROL
+from sinkscope.corpus.text_file import MAX_BAD_FRACTION, text_pieces
+from sinkscope.corpus.text_file import UNDECODABLE as _UNDECODABLE
 from sinkscope.errors import SinkscopeError
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
@@ -21,9 +25,6 @@ JSONL_SUFFIXES = (".jsonl",)
 TOKEN_CONTROLS = ("builtin:random", "builtin:repeat")
 BUILTINS = ("builtin:code", "builtin:prose", *TOKEN_CONTROLS)
 SAMPLE_BYTES = 1 << 20  # how much of the first file `check_source` reads before the model loads
-MAX_BAD_FRACTION = 0.01  # above this share of undecodable bytes or control characters a file is not text
-_UNDECODABLE = re.compile("[\udc80-\udcff]+")
-_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f]+")  # C0 controls except tab, newlines, form feed
 
 
 def documents(source: str) -> Iterator[str]:
@@ -33,12 +34,26 @@ def documents(source: str) -> Iterator[str]:
     directory of those (recursively, sorted), `hf:NAME[:config][:split]` (streamed), `builtin:code` (Python
     standard-library sources) or `builtin:prose` (their docstrings).
     """
+    parts: list[str] = []
+    for piece, new in document_pieces(source):
+        if new and parts:
+            yield "".join(parts)
+            parts = []
+        parts.append(piece)
+    if parts:
+        yield "".join(parts)
+
+
+def document_pieces(source: str) -> Iterator[tuple[str, bool]]:
+    """The documents of `source` (as `documents`) as `(piece, starts_a_document)`: a text file is read in chunks
+    (`text_file.text_pieces`), so no document is ever held whole; other sources give each document as one piece.
+    Raises the clear error of a missing or unknown source on the call, before any is read."""
     if source == "builtin:code":
-        return (path.read_text(encoding="utf-8", errors="replace") for path in _stdlib_files())
+        return ((path.read_text(encoding="utf-8", errors="replace"), True) for path in _stdlib_files())
     if source == "builtin:prose":
-        return _stdlib_docstrings()
+        return ((doc, True) for doc in _stdlib_docstrings())
     if source.startswith("hf:"):
-        return _hf_documents(source)
+        return ((doc, True) for doc in _hf_documents(source))
     if source.startswith("builtin:"):
         raise SinkscopeError(f"unknown built-in corpus '{source}'; choose one of {', '.join(BUILTINS)}")
     path = Path(source).expanduser()
@@ -46,13 +61,13 @@ def documents(source: str) -> Iterator[str]:
         files = sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES + JSONL_SUFFIXES and p.is_file())
         if not files:
             raise SinkscopeError(f"corpus directory {path} holds no .txt, .md or .jsonl files")
-        return (doc for file in files for doc in _file_documents(file))
+        return (piece for file in files for piece in _file_pieces(file))
     if not path.is_file():
         raise SinkscopeError(
             f"corpus '{source}' not found: pass a text/.jsonl file, a directory, hf:NAME or one of "
             f"{', '.join(BUILTINS)}"
         )
-    return _file_documents(path)
+    return _file_pieces(path)
 
 
 def check_source(source: str) -> None:
@@ -64,7 +79,7 @@ def check_source(source: str) -> None:
     if source.startswith("hf:"):  # open the stream now: no datasets package, no network, no such dataset
         next(_hf_documents(source), None)
         return
-    documents(source)
+    document_pieces(source)
     path = Path(source).expanduser()
     if path.is_dir():
         path = next(p for p in sorted(path.rglob("*")) if p.suffix in TEXT_SUFFIXES + JSONL_SUFFIXES and p.is_file())
@@ -178,26 +193,24 @@ def _jsonl_text(line: str, path: Path, number: int) -> str:
     return record["text"]
 
 
-def _file_documents(path: Path) -> Iterator[str]:
-    if path.suffix in JSONL_SUFFIXES:
-        replaced, first = 0, None
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, 1):
-                line, bad = _replace_undecodable(raw)
-                replaced, first = replaced + bad, first or (number if bad else None)
-                if not line.strip():
-                    continue
-                text = _jsonl_text(line, path, number)
-                if text.strip():
-                    yield text
-        if replaced:
-            print(f"sinkscope: warning: corpus {path}: {replaced} bytes are not UTF-8 and were replaced by U+FFFD "
-                  f"(first on line {first})", file=sys.stderr)  # fmt: skip
+def _file_pieces(path: Path) -> Iterator[tuple[str, bool]]:
+    """The documents of one text or `.jsonl` file, as `document_pieces`."""
+    if path.suffix not in JSONL_SUFFIXES:
+        yield from text_pieces(path)
         return
-    text = decode_text(path.read_bytes(), path)
-    for block in text.split("\n\n"):
-        if block.strip():
-            yield block.strip()
+    replaced, first = 0, None
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            line, bad = _replace_undecodable(raw)
+            replaced, first = replaced + bad, first or (number if bad else None)
+            if not line.strip():
+                continue
+            text = _jsonl_text(line, path, number)
+            if text.strip():
+                yield text, True
+    if replaced:
+        print(f"sinkscope: warning: corpus {path}: {replaced} bytes are not UTF-8 and were replaced by U+FFFD "
+              f"(first on line {first})", file=sys.stderr)  # fmt: skip
 
 
 def _stdlib_files() -> list[Path]:

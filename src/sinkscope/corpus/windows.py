@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sinkscope.corpus.sources import TOKEN_CONTROLS, check_source, documents
+from sinkscope.corpus.document_tokens import corpus_tokens
+from sinkscope.corpus.sources import TOKEN_CONTROLS, check_source
 from sinkscope.errors import SinkscopeError
 
 TAILS = ("overlap", "drop")  # what becomes of the last T-1 > n > 0 tokens of a corpus (module doc)
@@ -146,13 +147,10 @@ class Windows:
         if self.source in TOKEN_CONTROLS:
             yield from self._control_windows(body)
             return
-        eos = self.tokenizer.eos_token_id
         buffer: list[int] = []
         last: list[int] = []  # the body of the last full window: the overlap of a tail window comes from it
-        for index, doc in enumerate(documents(self.source)):
-            if index and eos is not None:
-                buffer.append(int(eos))
-            buffer.extend(self.tokenizer(doc, add_special_tokens=False)["input_ids"])
+        for ids in corpus_tokens(self.source, self.tokenizer):  # read and tokenized only as far as windows are taken
+            buffer.extend(ids)
             while len(buffer) >= body:
                 self._tokens_seen += body
                 last = buffer[:body]
@@ -198,15 +196,11 @@ def windows(
 
 def corpus_length(corpus: str, tokenizer) -> int:
     """The tokens of a text corpus as windows read them (documents without special tokens, EOS between them):
-    `--seq-len whole` makes one window of this many tokens plus BOS. Reads the whole corpus."""
+    `--seq-len whole` makes one window of this many tokens plus BOS. Reads the whole corpus, a chunk at a time."""
     check_source(corpus)
     if corpus in TOKEN_CONTROLS:
         raise SinkscopeError(f"corpus '{corpus}' is endless: --seq-len whole needs a text corpus; pass --seq-len N")
-    eos = tokenizer.eos_token_id
-    total = 0
-    for index, doc in enumerate(documents(corpus)):
-        total += len(tokenizer(doc, add_special_tokens=False)["input_ids"]) + (1 if index and eos is not None else 0)
-    return total
+    return sum(map(len, corpus_tokens(corpus, tokenizer)))
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from sinkscope.capture.attention import attention_precision
 from sinkscope.capture.feed import Feed
 from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
@@ -23,7 +24,7 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.functional.head_classes import HeadThresholds
 from sinkscope.models.families import softmax_layers
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.checkpoint import load_checkpoint, save_checkpoint
+from sinkscope.pipelines.checkpoint import checkpoint_order, load_checkpoint, save_checkpoint
 from sinkscope.pipelines.linear_layers import mark_linear_layers
 from sinkscope.pipelines.run import Run
 from sinkscope.provenance import package_versions
@@ -47,7 +48,8 @@ class AnalyzeConfig:
     hard-pattern threshold; `tau`: switch threshold; `geometry_cap`: attention inputs sampled per layer for the
     half-space certificates; `seed`: that sample's seed; `epsilons`: more sink-rate thresholds counted in the
     same pass (summary `sink_rates`), so an ε sweep needs one pass and no per-window storage. `diagonal`,
-    `previous`, `dense`, `learned_sink` (None: ε): the head-class thresholds (`head_thresholds`)."""
+    `previous`, `dense`, `learned_sink` (None: ε): the head-class thresholds (`head_thresholds`);
+    `attention_precision`: the flex path's (CUDA) "exact" (float32) or "model" (the model's dtype; `capture.flex`)."""
 
     epsilon: float = 0.3
     delta: float = 0.1
@@ -59,6 +61,7 @@ class AnalyzeConfig:
     previous: float = HeadThresholds.previous
     dense: float = HeadThresholds.dense
     learned_sink: float | None = None
+    attention_precision: str = "exact"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilons", tuple(float(e) for e in self.epsilons))
@@ -73,6 +76,8 @@ class AnalyzeConfig:
                             ("--dense-threshold", self.dense), ("--learned-sink-threshold", self.learned_sink)]:
             if value is not None and not 0 <= value <= 1:
                 raise SinkscopeError(f"{flag} {value} must lie between 0 and 1 (a share of attention or entropy)")
+        if self.attention_precision not in ("exact", "model"):
+            raise SinkscopeError(f"--attention-precision {self.attention_precision!r} must be exact or model")
 
     @property
     def head_thresholds(self) -> HeadThresholds:
@@ -120,9 +125,11 @@ def analyze(
     """
     from tqdm.auto import tqdm
 
-    config = config or AnalyzeConfig()
+    asked = config = config or AnalyzeConfig()
     check_seq_len(lm, windows.seq_len)
     rank, world = distributed_shard()
+    if resume and checkpoint_dir is not None:  # the same --epsilons in another order: count in the checkpoint's
+        config = checkpoint_order(config, Path(checkpoint_dir), rank)
     statistics = statistics_for(lm, windows.seq_len, config, smoothing=smoothing, progress=progress and rank == 0)
     feed = Feed(
         statistics, windows.seq_len, lm.layout.group, config.delta, shard=(rank, world),
@@ -140,7 +147,7 @@ def analyze(
     started = time.perf_counter()
     analysed, saved, digest = 0, feed.windows, hashlib.sha256()  # digest: token ids of this rank's windows so far
     gate_readers = [s.on_gate for s in statistics if isinstance(s, OutputGates)]
-    with feed.hooks(lm), output_gate_hooks(lm, gate_readers):
+    with feed.hooks(lm), output_gate_hooks(lm, gate_readers), attention_precision(config.attention_precision):
         batches = windows.batches(shard=(rank, world))  # from the first: a resume checks the text it skips
         bar = tqdm(batches, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
@@ -181,7 +188,7 @@ def analyze(
     heads, layers, positions, extra = joined(parts.values())
     corpus = windows.identity() | {"windows": feed.windows, "tokens": windows.tokens()}
     meta = {
-        "config": asdict(config),
+        "config": asdict(asked),
         "model": lm.identity,
         "corpus": corpus,
         "versions": package_versions(),
@@ -194,6 +201,8 @@ def analyze(
         },
         "summary": summary(heads, statistic_summaries(parts), config.thresholds),
     }
+    for key in ("sink_rates", "sink_rates_of_mean"):  # listed in the order asked for, whatever order was counted in
+        meta["summary"][key] = {str(e): meta["summary"][key][str(e)] for e in asked.thresholds}
     run = Run(meta=meta, heads=heads, layers=layers, positions=positions, extra=extra)
     if "smoothing" in parts:
         from sinkscope.report.smoothing_section import smoothing_summary

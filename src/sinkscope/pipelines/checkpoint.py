@@ -10,6 +10,7 @@ the window index).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -56,6 +57,25 @@ def save_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict, w
 def remove_checkpoint(directory: Path) -> None:
     """Remove a finished analysis's checkpoints; call it only once the result is safely on disk."""
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def checkpoint_order(config, directory: Path, rank: int):
+    """`config` (an `AnalyzeConfig`) with its `epsilons` in the order the checkpoint in `directory` stored them, when
+    they are the same values in another order (the per-ε state is kept in that order, so the resumed statistics
+    must count in it); otherwise `config` itself. The ε order changes no number, only the order results are listed
+    in, which the caller restores."""
+    from safetensors import safe_open
+
+    path = checkpoint_file(directory, rank)
+    try:
+        with safe_open(str(path), "pt") as handle:
+            saved = json.loads((handle.metadata() or {})["fingerprint"])["config"]["epsilons"]
+        saved = tuple(float(e) for e in saved)
+    except Exception:  # no checkpoint, or a damaged one: load_checkpoint says which, in one line
+        return config
+    if saved != config.epsilons and sorted(saved) == sorted(config.epsilons):
+        return dataclasses.replace(config, epsilons=saved)
+    return config
 
 
 def load_checkpoint(feed: Feed, directory: Path, rank: int, fingerprint: dict) -> tuple[int, str | None]:
