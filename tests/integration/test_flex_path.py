@@ -14,7 +14,7 @@ import torch
 import sinkscope
 import sinkscope.capture.attention as attention
 import sinkscope.capture.blocks as blocks
-from sinkscope.capture import flex
+from sinkscope.capture import flex, flex_masks
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
@@ -66,12 +66,12 @@ def test_the_cuda_kernels_trace_into_whole_graphs_and_equal_eager_flex(monkeypat
     "aot_eager" backend (the inductor CPU backend cannot return lse), over two shapes (the second compiles with
     dynamic shapes, as a run's smaller last batch does); results equal the eager calls."""
     monkeypatch.setattr(flex, "COMPILE_BACKEND", "aot_eager")
-    forward, log_column_sums = flex._kernels.__wrapped__("cuda")
+    forward, log_column_sums, _ = flex._kernels.__wrapped__("cuda")
     for B, n in ((1, 40), (2, 57)):
         g = torch.Generator().manual_seed(n)
         q = torch.randn(B, 4, n, 16, generator=g)
         k, v = torch.randn(B, 2, n, 16, generator=g), torch.randn(B, 2, n, 8, generator=g)
-        causal, anti_causal = flex._block_masks(n, "cpu")
+        causal, anti_causal = flex_masks._block_masks(n, "cpu")
         values = torch.cat([v, k], -1)
         out, lse = forward(q, k, values, 0.25, causal)
         expected_out, expected_lse = flex._forward(q, k, values, 0.25, causal)
@@ -86,7 +86,7 @@ def test_the_cuda_kernels_trace_into_whole_graphs_and_equal_eager_flex(monkeypat
 def test_a_failed_flex_kernel_falls_back_to_the_rows_path_once_with_a_warning(monkeypatch):
     calls = []
 
-    def broken(*args):
+    def broken(*args, **kwargs):
         calls.append(1)
         raise RuntimeError("no Triton here")
 

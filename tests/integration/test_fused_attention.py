@@ -122,13 +122,10 @@ def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, m
                               or _f(*a))
             runs[path] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
-        route = attention.attention_path
-        # CUDA's routing: plain causal layers and (forward passes without a mask) sliding-window ones on flex
-        patch.setattr(attention, "attention_path", lambda *a: "flex" if route(*a) != "blocks" or (
-            a[3] is None and len(a) > 4 and a[4] is not None and attention._padding_free) else "blocks")  # fmt: skip
+        patch.setattr(attention, "_flex_here", lambda query: True)  # CUDA's routing
         flex_parts = attention.flex.flex_parts
         patch.setattr(attention.flex, "flex_parts",
-                      lambda *a: calls.__setitem__("flex_parts", calls["flex_parts"] + 1) or flex_parts(*a))
+                      lambda *a, **kw: calls.__setitem__("flex_parts", calls["flex_parts"] + 1) or flex_parts(*a, **kw))
         runs["flex"] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     with monkeypatch.context() as patch:
         patch.setattr(attention, "attention_path", lambda *a: "blocks")
@@ -215,8 +212,9 @@ def test_routing_rows_up_to_the_threshold_then_fused_where_exact():
 
 
 def test_routing_on_cuda_takes_the_flex_path_for_plain_causal_attention(monkeypatch):
-    """On CUDA plain causal attention takes the flex path at every length; masks and softcaps the block path; after
-    a failed flex compilation the rows path (device tensors stood in for by objects with a CUDA device)."""
+    """On CUDA the flex path takes plain causal attention at every length, sliding windows, softcaps and boolean
+    (padding) masks; an additive mask (ALiBi) the block path; after a failed flex compilation the CPU's rule
+    (device tensors stood in for by objects with a CUDA device)."""
     from types import SimpleNamespace
 
     def cuda(length: int) -> SimpleNamespace:
@@ -225,17 +223,16 @@ def test_routing_on_cuda_takes_the_flex_path_for_plain_causal_attention(monkeypa
     route = attention.attention_path
     for length in (16, 1024, attention.ROWS_UP_TO_SEQ_LEN + 1, 32768):
         assert route(cuda(length), cuda(length), None, None) == "flex"
-    assert route(cuda(16), cuda(16), torch.ones(1, 1, 16, 16, dtype=torch.bool), None) == "blocks"
-    assert route(cuda(16), cuda(16), None, 50.0) == "blocks"
-    window_mask = torch.ones(1, 1, 16, 16, dtype=torch.bool)
-    assert route(cuda(16), cuda(16), window_mask, None, 5) == "blocks"  # the forward pass may have had padding
-    monkeypatch.setattr(attention, "_padding_free", True)
-    assert route(cuda(16), cuda(16), window_mask, None, 5) == "flex"
-    assert route(cuda(16), cuda(16), window_mask, 50.0, 5) == "blocks"
-    assert route(cuda(16), cuda(16), window_mask, None, None) == "blocks"
+    boolean_mask = torch.ones(1, 1, 16, 16, dtype=torch.bool)
+    assert route(cuda(16), cuda(16), boolean_mask, None) == "flex"
+    assert route(cuda(16), cuda(16), None, 50.0) == "flex"
+    assert route(cuda(16), cuda(16), boolean_mask, 50.0, 5) == "flex"
+    assert route(cuda(16), cuda(16), boolean_mask, None, 5) == "flex"
+    assert route(cuda(16), cuda(16), torch.zeros(1, 1, 16, 16), None) == "blocks"  # additive: ALiBi
     monkeypatch.setattr(attention, "_flex_failed", True)
     assert route(cuda(32768), cuda(32768), None, None) == "rows"
-    assert route(cuda(16), cuda(16), window_mask, None, 5) == "blocks"
+    assert route(cuda(16), cuda(16), boolean_mask, None, 5) == "blocks"
+    assert route(cuda(16), cuda(16), None, 50.0) == "blocks"
 
 
 def test_padding_free_forwards_notes_whether_a_forward_pass_had_a_mask():

@@ -39,6 +39,7 @@ ADDED = {command: {"--threads"} for command in ("analyze", "view", "ablate", "sw
 ADDED["reproduce"] |= {"--random-draws", "--ablation-windows"}  # issue 24: the ablations' draws and windows
 # issue 35: the head-class thresholds and what becomes of a corpus's tail
 ADDED["analyze"] |= {"--diag-threshold", "--prev-threshold", "--dense-threshold", "--learned-sink-threshold", "--tail"}
+ADDED["analyze"] |= {"--attention-precision"}  # issue 33: the flex path's precision
 # Options changed on purpose since the dump (issue 35: `--seq-len whole`; the geometry step's help says what it costs).
 CHANGED = {"analyze": {"--seq-len", "--geometry-cap"}, "train-bb": {"--attention"}}  # train-bb: more kinds in its help
 

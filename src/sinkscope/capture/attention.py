@@ -5,8 +5,10 @@ attention function registered without one gets no causal mask, and would silentl
 Four paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
 picks one:
 
-- `capture.flex.flex_parts`, on CUDA for plain causal attention at every length: two `flex_attention` calls
-  compiled into fused kernels, no map (the module's doc has the identities).
+- `capture.flex.flex_parts`, on CUDA for every call but those with an additive mask (ALiBi): plain causal
+  attention, sliding windows, logit softcaps and boolean (padding) masks, at every length: two or three
+  `flex_attention` calls compiled into fused kernels, no map (the module's doc has the identities), in the
+  precision `attention_precision` sets.
 - `capture.blocks.row_attention`, for plain causal attention (no mask tensor, no softcap) up to
   `ROWS_UP_TO_SEQ_LEN` tokens (at every length where the fused path cannot run):
   query blocks of whole rows (one BLAS product for the logits, one fused softmax, one product with v), each
@@ -16,10 +18,13 @@ picks one:
   the row log-normaliser `lse_t = log Σ_j exp(s q_t·k_j)`, so any entry `A[t,j] = exp(s q_t·k_j − lse_t)` costs
   O(d); the second is the transposed attention with `−lse_t` folded into the logits, whose log-normaliser is
   the column sum `log c_k = log Σ_{t≥k} A[t,k]` and whose output gives the entropy sum.
-- `capture.blocks.blocked_attention`, for everything else (sliding windows shorter than T, padding masks,
-  softcapping): query blocks of about 4 MB (256 MB on an accelerator), softmaxed, handed to the observer and
-  multiplied by v, so no more than one block of one layer's attention exists at a time.
-Modules that no observer watches fall through to the plain sdpa path.
+- `capture.blocks.blocked_attention`, for everything else (on the CPU: sliding windows shorter than T, padding
+  masks, softcapping; everywhere: additive masks): query blocks of about 4 MB (256 MB on an accelerator),
+  softmaxed, handed to the observer and multiplied by v, so no more than one block of one layer's attention
+  exists at a time.
+Modules that no observer watches fall through to the plain sdpa path. Learned sinks (gpt-oss) take their own
+block path (`capture.learned_sink`) on every device: the flex path has their form (`flex_parts(sinks=...)`), but
+the feed does not yet take a learned sink's mass from a map-free layer.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from sinkscope.capture.blocks import block_elements, block_rows, blocked_attenti
 from sinkscope.capture.fused import fused_attention
 from sinkscope.capture.learned_sink import learned_sink_attention
 from sinkscope.capture.readout import AttentionReadout, PackedReadout
+from sinkscope.errors import SinkscopeError
 
 NAME = "sinkscope"
 # Plain causal windows of at most this many tokens take the rows path, longer ones the two flash-kernel calls of
@@ -67,26 +73,43 @@ def attention_path(
 ) -> str:
     """Which path computes this call exactly and fastest: "flex", "rows", "fused" or "blocks".
 
-    Plain causal attention (transformers' sdpa mask function returns no mask then: no padding, no sliding window
-    shorter than T) without a logit softcap takes, on CUDA, the compiled flex path (`capture.flex`) where this
-    torch has it; on the CPU the fused path beyond `ROWS_UP_TO_SEQ_LEN` tokens where that is exact (equal q and
-    v head sizes, as the CPU flash kernel needs); the rows path otherwise. On CUDA a sliding-window layer (its
-    `window`, transformers' `sliding_window`) takes the flex path with the window too, when the forward pass was
-    given no attention mask (`padding_free_forwards`: its mask is then the window's alone). Everything else takes
-    the block path."""
-    on_flex = query.device.type == "cuda" and flex.available() and not _flex_failed
-    if softcap is not None:
-        return "blocks"
-    if attention_mask is not None:
-        return "flex" if on_flex and window is not None and _padding_free else "blocks"
-    if on_flex:
+    On CUDA, where this torch has flex_attention, the compiled flex path (`capture.flex`) takes every call but
+    those with an additive (float) mask (ALiBi): plain causal attention, sliding windows, logit softcaps and
+    boolean masks (padding). On the CPU plain causal attention (transformers' sdpa mask function returns no mask
+    then: no padding, no sliding window shorter than T) without a logit softcap takes the fused path beyond
+    `ROWS_UP_TO_SEQ_LEN` tokens where that is exact (equal q and v head sizes, as the CPU flash kernel needs), the
+    rows path otherwise; everything else takes the block path."""
+    if _flex_here(query) and (attention_mask is None or attention_mask.dtype == torch.bool):
         return "flex"
+    if softcap is not None or attention_mask is not None:
+        return "blocks"
     flash_ok = query.shape[-1] == value.shape[-1] and query.device.type == "cpu" and value.device.type == "cpu"
     return "fused" if flash_ok and query.shape[-2] > ROWS_UP_TO_SEQ_LEN else "rows"
 
 
+def _flex_here(query: Tensor) -> bool:
+    """Whether the compiled flex kernels run for `query`'s device: CUDA, a torch with flex_attention, no failed
+    compilation in this process."""
+    return query.device.type == "cuda" and flex.available() and not _flex_failed
+
+
 _flex_failed = False  # set once when the compiled flex kernels cannot run in this process
 _padding_free = False  # whether the forward pass in progress was given no attention mask (padding_free_forwards)
+_precision = "exact"  # the flex path's precision (`attention_precision`)
+
+
+@contextmanager
+def attention_precision(precision: str):
+    """Inside the block the flex path computes in `precision` ("exact": float32; "model": the model's dtype with
+    float32 accumulation; `capture.flex`); the CPU's paths always compute in float32."""
+    global _precision
+    if precision not in flex.PRECISIONS:
+        raise SinkscopeError(f"attention precision {precision!r} is not one of {', '.join(flex.PRECISIONS)}")
+    previous, _precision = _precision, precision
+    try:
+        yield
+    finally:
+        _precision = previous
 
 
 @contextmanager
@@ -107,26 +130,32 @@ def padding_free_forwards(base: torch.nn.Module):
         _padding_free = False
 
 
-def _layer_rows(
-    path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None
-) -> tuple[Tensor, AttentionReadout | PackedReadout] | None:
-    """Output and `AttentionReadout` (packed on the flex path) by `path` ("flex", "rows" or "fused"; `window` for a
-    sliding-window layer on the flex path); where the compiled flex kernels cannot run here (no Triton, an
-    unsupported head size), one warning and the rows path for the rest of the process, or None for a layer whose
-    window is shorter than T (the block path then takes it)."""
+def _layer_rows(path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None,
+                **form) -> tuple[Tensor, AttentionReadout | PackedReadout] | None:  # fmt: skip
+    """Output and `AttentionReadout` (packed on the flex path) by `path` ("flex", "rows" or "fused"; `window` and
+    `form`, `flex.flex_parts`'s mask, softcap and sinks, on the flex path); where the compiled flex kernels cannot
+    run here (no Triton, an unsupported head size), one warning and the rows path for the rest of the process, or
+    None for a call that is not plain causal attention (the block path then takes it)."""
     global _flex_failed
     if path == "flex":
         try:
-            return flex.flex_parts(query, key, value, scaling, window)
+            return flex.flex_parts(query, key, value, scaling, window, precision=_precision, **form)
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # compilation errors come in many types (dynamo, inductor, Triton)
             _flex_failed = True
             flex.warn_fallback(error)
-            if window is not None and window < query.shape[-2]:
+            if (window is not None and window < query.shape[-2]) or any(v is not None for v in form.values()):
                 return None
             path = "rows"
     return (row_attention if path == "rows" else fused_attention)(query, key, value, scaling)
+
+
+def _flex_form(attention_mask: Tensor | None, window: int | None, softcap: float | None) -> dict:
+    """`flex_parts`'s mask and softcap for a call on the flex path: a sliding window in a forward pass without an
+    attention mask is the window's own (cheaper) form, any other boolean mask the mask's."""
+    padding_free_window = window is not None and _padding_free
+    return {"mask": None if padding_free_window else attention_mask, "softcap": softcap}
 
 
 def sinkscope_attention(
@@ -166,7 +195,8 @@ def sinkscope_attention(
     watch.on_values(watch.layer, value)
     window = kwargs.get("sliding_window")
     path = attention_path(query, value, attention_mask, softcap, window) if watch.on_readout is not None else "blocks"
-    computed = _layer_rows(path, query, key, value, scaling, window) if path != "blocks" else None
+    form = _flex_form(attention_mask, window, softcap) if path == "flex" else {}
+    computed = _layer_rows(path, query, key, value, scaling, window, **form) if path != "blocks" else None
     if computed is not None:
         out, rows = computed
         watch.on_readout(watch.layer, rows)

@@ -62,6 +62,10 @@ def add_parser(subparsers) -> None:
                         help="attention inputs sampled per layer for the half-space certificates, solved after the "
                         "pass (default 256; 0 skips this optional step, which takes seconds per layer)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random corpora and samples")
+    parser.add_argument("--attention-precision", choices=["exact", "model"], default="exact",
+                        help="attention on CUDA (the flex path): exact (default) computes in float32; model in the "
+                        "model's dtype with float32 accumulation, faster on tensor cores, but the attention output "
+                        "and its norms (switch table) carry that dtype's rounding (docs/performance.md, Precision)")
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="save the streaming state every N windows next to --out (default: never)")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
@@ -112,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     config = AnalyzeConfig(
         epsilon=args.epsilon, delta=args.delta, tau=args.tau, geometry_cap=args.geometry_cap, seed=args.seed,
         diagonal=args.diagonal, previous=args.previous, dense=args.dense, learned_sink=args.learned_sink,
+        attention_precision=args.attention_precision,
     )
     check_source(args.corpus)  # a missing, binary or malformed corpus fails before the model loads
     checkpoint_dir = out.with_name(f".{out.name}.checkpoint")
