@@ -134,6 +134,15 @@ def test_ablate_loss_matches_edited_model_cross_entropy():
     assert rows.loc["none", "delta_loss"] == 0.0
     assert rows.loc["two", "heads"] == "0.2,1.0" and rows.loc["two", "n_windows"] == 6
 
+    def window_ce(model) -> np.ndarray:  # each window's mean cross-entropy, in window order
+        ids = torch.cat(batches)
+        ce = F.cross_entropy(model(ids).logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1), reduction="none")
+        return ce.view(len(ids), -1).mean(1).detach().numpy()
+
+    edited = window_ce(_edited_copy(lm, [(1, 0), (0, 2)], "zero").model) - window_ce(lm.model)
+    np.testing.assert_allclose(rows.loc["two", "window_delta"], edited, atol=1e-5)
+    assert rows.loc["none", "window_delta"] == [0.0] * 6
+
 
 @pytest.mark.parametrize("family", MODELS)
 def test_head_scores_against_manual_attention(family):

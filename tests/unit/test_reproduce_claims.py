@@ -10,8 +10,8 @@ import pytest
 from sinkscope.reproduction import verdicts as v
 from sinkscope.reproduction.ablation_claims import (
     ABLATION,
-    ablation_verdict,
     dormant_curve,
+    dormant_heads_verdict,
     sink_ablation_verdict,
 )
 from sinkscope.reproduction.claim_texts import CLAIMS, with_claim_text
@@ -210,9 +210,11 @@ def test_switch():
     counts[:, 2] = switch_curve(crossing)[:, 2]
     moved = switch_verdict(M, counts)
     assert moved.verdict == P and "depends on delta" in moved.reason
-    # One δ pass (--quick): δ cannot be varied; its sensitivity records say not measurable.
+    # One δ pass (--quick): δ cannot be varied; its sensitivity records say so, and why.
     single = switch_verdict(M, switch_curve(crossing)[:, 1:2])
-    assert single.verdict == S and {r["verdict"] for r in single.sensitivity if r["threshold"] == "delta"} == {NM}
+    records = [r for r in single.sensitivity if r["threshold"] == "delta"]
+    assert single.verdict == S and [r["verdict"] for r in records] == [None, None]
+    assert all("only δ × 1 was counted" in r["not_varied"] for r in records)
 
 
 def test_switch_routes():
@@ -288,15 +290,17 @@ def test_sink_ablation_against_both_controls():
 
 
 def test_dormant_ablation():
-    randoms = list(1 + np.random.default_rng(0).normal(0, 0.05, 20))
+    rng = np.random.default_rng(0)
+    W, D = 8, 20
+    control = 1 + rng.normal(0, 0.05, (W, D))
     assert verdicts(
-        ablation_verdict("dormant_heads", M, 0.1, randoms),
-        ablation_verdict("dormant_heads", M, 0.75, randoms),
-        ablation_verdict("dormant_heads", M, 3.0, randoms),
-        ablation_verdict("dormant_heads", M, 0.1, [-0.1] * 20),
-        ablation_verdict("dormant_heads", M, 0.1, randoms[:8]),  # too few draws
+        dormant_heads_verdict(M, np.full(W, 0.1), control, control),
+        dormant_heads_verdict(M, np.full(W, 0.75), control, control),
+        dormant_heads_verdict(M, np.full(W, 3.0), control, control),
+        dormant_heads_verdict(M, np.full(W, 0.1), -control, control),  # the layer-matched sets lower the loss
+        dormant_heads_verdict(M, np.full(W, 0.1), control[:, :8], control[:, :8]),  # too few draws
     ) == [S, P, N, NM, NM]
-    assert ablation_verdict("dormant_heads", M, 0.1, randoms).interval["over"] == "random draws"
+    assert dormant_heads_verdict(M, np.full(W, 0.1), control, control).interval["over"] == "windows × draws"
 
 
 def test_dormant_curve():

@@ -62,7 +62,8 @@ def ablate(
 
     windows: batches LongTensor[B, T] (held in memory for the repeated passes: B·T ints each).
     Columns: set, mode, n_heads, heads ("3.1,4.2"), base_loss, loss, delta_loss (mean over windows of the
-    per-window change, nats/token), delta_sem (its standard error over windows), n_windows.
+    per-window change, nats/token), delta_sem (its standard error over windows), n_windows, window_delta (the
+    per-window changes themselves, in window order: the same windows for every set, so sets pair by window).
     """
     batches = list(windows)
     if not batches:
@@ -88,6 +89,7 @@ def ablate(
                 "delta_loss": float(delta.mean()),
                 "delta_sem": sem,
                 "n_windows": len(delta),
+                "window_delta": delta.tolist(),
             }
         )
     return pd.DataFrame(rows)

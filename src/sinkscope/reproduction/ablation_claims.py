@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sinkscope.reproduction.minima import MEASURED_AT, MIN_DRAWS, MIN_WINDOWS
+from sinkscope.reproduction.minima import MIN_DRAWS, MIN_WINDOWS
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE, NOT_SUPPORTED, PARTLY, SUPPORTED, Verdict, judge
 
 ABLATION = {"supported_ratio": 0.5, "partly_ratio": 1.0}
@@ -21,7 +21,6 @@ def _finite(values: Sequence[float]) -> np.ndarray:
     return array[np.isfinite(array)]
 
 
-
 def _decide_ratio(e, th) -> str:
     ratio = e["ratio"]
     if not math.isfinite(ratio):
@@ -29,49 +28,64 @@ def _decide_ratio(e, th) -> str:
     return SUPPORTED if ratio <= th["supported_ratio"] else PARTLY if ratio < th["partly_ratio"] else NOT_SUPPORTED
 
 
-def sink_ablation_verdict(model: str, selected: np.ndarray, same_heads: np.ndarray, random: np.ndarray,
-                          extra: dict | None = None, seed: int = 0) -> Verdict:  # fmt: skip
-    """Claim `sink_ablation` from per-window Δloss (nats/token): `selected` (W,) the sink-like heads zeroed on
-    their sink queries; `same_heads` (W, D) the same heads zeroed on as many of their non-sink queries, and
-    `random` (W, D) matched random head-and-query sets, D draws each. Ratios = mean Δ(selected) / mean Δ(control);
-    a control that does not raise the loss leaves its ratio undefined (a failed resample). Effect: the larger
-    ratio. Supported: ≤ `supported_ratio`; partly: < `partly_ratio`; else not supported. Interval: windows ×
-    draws resampled jointly (both axes)."""
-    same, rand = np.asarray(same_heads, float), np.asarray(random, float)
-    W, D = same.shape
-    units = {"selected": np.repeat(np.asarray(selected, float)[:, None], D, 1), "same": same, "random": rand}
+def ratio_claim(claim: str, model: str, selected: np.ndarray, controls: dict[str, np.ndarray], fixed: dict[str, str],
+                evidence: dict, seed: int = 0) -> Verdict:  # fmt: skip
+    """An ablation claim from per-window Δloss (nats/token): `selected` (W,) the chosen heads ablated, `controls`
+    {name: (W, D)} D draws of each control on the same W windows. Ratio per control = mean Δ(selected) / mean
+    Δ(control); a control that does not raise the loss leaves its ratio undefined (a failed resample). Effect:
+    the larger ratio (the claim must hold against every control). Supported: ≤ `supported_ratio`; partly: <
+    `partly_ratio`; else not supported. Interval: windows × draws resampled jointly (both axes). The number of
+    draws enters the sensitivity at half (the first D/2 draws); doubling it needs more draws than were measured,
+    as does another head fraction or sink-query δ (`fixed`, recorded as not varied)."""
+    controls = {name: np.asarray(value, float) for name, value in controls.items()}
+    shapes = {value.shape for value in controls.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"{claim}: the controls need one (windows, draws) shape, got {sorted(shapes)}")
+    W, D = shapes.pop()
+    units = {"selected": np.repeat(np.asarray(selected, float)[:, None], D, 1), **controls}
 
-    def effects(u, _th):
+    def effects(u, th):
+        n = max(1, int(th["n_draws"]))  # the first n draws (of a resample's draws)
         sel = float(u["selected"][:, 0].mean())
-        same_mean, random_mean = float(u["same"].mean()), float(u["random"].mean())
-        ratios = [sel / m if m > 0 else math.nan for m in (same_mean, random_mean)]
-        return {"ratio": max(ratios) if all(math.isfinite(r) for r in ratios) else math.nan,
-                "ratio_same_heads": ratios[0], "ratio_random": ratios[1], "delta_selected": sel,
-                "delta_same_heads_mean": same_mean, "delta_random_mean": random_mean}  # fmt: skip
+        means = {name: float(u[name][:, :n].mean()) for name in controls}
+        ratios = {name: sel / m if m > 0 else math.nan for name, m in means.items()}
+        finite = all(math.isfinite(r) for r in ratios.values())
+        return {"ratio": max(ratios.values()) if finite else math.nan, "delta_selected": sel,
+                **{f"ratio_{name}": r for name, r in ratios.items()},
+                **{f"delta_{name}_mean": m for name, m in means.items()}}  # fmt: skip
 
-    if same.shape != rand.shape:
-        raise ValueError(f"same-heads {same.shape} and random {rand.shape} controls need one (windows, draws) shape")
-    return judge("sink_ablation", model, units, effects, _decide_ratio, ABLATION, over="windows × draws",
-                 min_units=(MIN_WINDOWS, MIN_DRAWS), crossed=True, seed=seed,
-                 evidence={"measured_at": MEASURED_AT["sink_ablation"], **(extra or {})})  # fmt: skip
+    thresholds = ABLATION | {"n_draws": float(D)}
+    fixed = fixed | {"n_draws×2": f"only {D} draws of each control were measured"}
+    return judge(claim, model, units, effects, _decide_ratio, thresholds, over="windows × draws",
+                 min_units=(MIN_WINDOWS, MIN_DRAWS), crossed=True, seed=seed, fixed=fixed, evidence=evidence)  # fmt: skip
 
 
-def ablation_verdict(claim: str, model: str, delta_selected: float, delta_random: Sequence[float],
-                     extra: dict | None = None, seed: int = 0) -> Verdict:  # fmt: skip
-    """Claim `dormant_heads`: ratio = Δloss of the selected heads / mean Δloss of random head sets of the same
-    size. Supported: ratio ≤ `supported_ratio`; partly: < `partly_ratio`; not measurable when the random sets
-    do not raise the loss (a failed resample). Interval over the random draws (the ablation pass keeps no
-    per-window losses)."""
-    randoms = _finite(delta_random)
+HEAD_FRACTION_FIXED = ("the head fraction ({fraction:.0%} of heads) is fixed by the ablation pass: another fraction "
+                       "needs another set and its controls (1 + 2 × draws loss passes over the windows)")  # fmt: skip
 
-    def effects(u, _th):
-        mean = float(u["random"].mean())
-        return {"ratio": delta_selected / mean if mean > 0 else math.nan, "delta_random_mean": mean}
 
-    evidence = {"delta_selected": delta_selected, "delta_random": randoms.tolist(),
-                "measured_at": MEASURED_AT.get(claim, ""), **(extra or {})}  # fmt: skip
-    return judge(claim, model, {"random": randoms}, effects, _decide_ratio, ABLATION, over="random draws",
-                 min_units=MIN_DRAWS, seed=seed, evidence=evidence)  # fmt: skip
+def sink_ablation_verdict(model: str, selected: np.ndarray, same_heads: np.ndarray, random: np.ndarray,
+                          extra: dict | None = None, seed: int = 0, fraction: float = 0.1, delta: float = 0.1
+                          ) -> Verdict:  # fmt: skip
+    """Claim `sink_ablation` (`ratio_claim`): `selected` the sink-like heads zeroed on their sink queries (A[t,0] ≥
+    1 − `delta`); controls `same_heads` (W, D), the same heads zeroed on as many of their non-sink queries (same
+    heads, so same layers: the within-layer control), and `random` (W, D), matched random head-and-query
+    sets."""
+    fixed = {"head_fraction": HEAD_FRACTION_FIXED.format(fraction=fraction),
+             "sink_query_delta": f"δ = {delta:g} picks the zeroed sink queries in the sink-query pass: another δ "
+                                 "needs another pass (1 + 2 × draws loss passes)"}  # fmt: skip
+    return ratio_claim("sink_ablation", model, selected, {"same_heads": same_heads, "random": random}, fixed,
+                       dict(extra or {}), seed)  # fmt: skip
+
+
+def dormant_heads_verdict(model: str, selected: np.ndarray, layer_matched: np.ndarray, random: np.ndarray,
+                          extra: dict | None = None, seed: int = 0, fraction: float = 0.1) -> Verdict:  # fmt: skip
+    """Claim `dormant_heads` (`ratio_claim`): `selected` (W,) the heads of lowest AHON-LN zeroed; controls
+    `layer_matched` (W, D), random head sets with the dormant set's count in every layer (the within-layer
+    comparison: depth cannot stand in for dormancy), and `random` (W, D), random head sets of the same size."""
+    fixed = {"head_fraction": HEAD_FRACTION_FIXED.format(fraction=fraction)}
+    return ratio_claim("dormant_heads", model, selected, {"layer_matched": layer_matched, "random": random}, fixed,
+                       dict(extra or {}), seed)  # fmt: skip
 
 
 DORMANT_AHON_LN = 0.5  # the dormancy cut of the ablation's head set is by rank (lowest 10 %), not by this value

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sinkscope.reproduction.minima import MEASURED_AT, MIN_COST_WINDOWS
+from sinkscope.reproduction.minima import MIN_COST_WINDOWS
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE, NOT_SUPPORTED, PARTLY, SUPPORTED, Verdict, judge
 
 COST_CLOSED = {"exponent_tol": 0.1, "exact_rel_tol": 1e-3}
@@ -44,22 +44,32 @@ def cost_real_verdict(model: str, wins: np.ndarray, Ts: Sequence[int], extra: di
                       ) -> Verdict:  # fmt: skip
     """Claim `cost_real_layers` from per-window shares (W, len(Ts)) of the layers where the sink is cheaper
     (feasible and cheaper, or the diagonal infeasible) at each context length T. Effect: the mean share over
-    windows and T. Supported: ≥ 1 − `losing_pair_tol`, and at every T; partly: ≥ `partly_frac`. Interval over
-    windows."""
-    wins = np.asarray(wins, float)
+    windows and the T in `T_min` … `T_max` (all measured T). Supported: ≥ 1 − `losing_pair_tol`, and at every
+    such T; partly: ≥ `partly_frac`. Interval over windows. The sensitivity narrows the range of T (doubling
+    `T_min`, halving `T_max`); widening it needs exact programs at T not solved (a T = 64 program takes minutes)."""
+    wins, Ts = np.asarray(wins, float), np.asarray(Ts, float)
 
-    def effects(u, _th):
-        per_t = u["wins"].mean(0)
+    def effects(u, th):
+        chosen = (Ts >= th["T_min"]) & (Ts <= th["T_max"])
+        if not chosen.any():
+            return {"sink_cheaper_frac": math.nan}
+        per_t = u["wins"][:, chosen].mean(0)
         return {"sink_cheaper_frac": float(per_t.mean()), "worst_T_frac": float(per_t.min()),
-                **{f"sink_cheaper_frac_T{T}": float(x) for T, x in zip(Ts, per_t)}}  # fmt: skip
+                **{f"sink_cheaper_frac_T{T:g}": float(x) for T, x in zip(Ts[chosen], per_t)}}  # fmt: skip
 
     def decide(e, th):
+        if not math.isfinite(e["sink_cheaper_frac"]):
+            return NOT_MEASURABLE
         if e["sink_cheaper_frac"] >= 1 - th["losing_pair_tol"] and e["worst_T_frac"] >= 1 - th["losing_pair_tol"]:
             return SUPPORTED
         return PARTLY if e["sink_cheaper_frac"] >= th["partly_frac"] else NOT_SUPPORTED
 
     if wins.ndim != 2 or wins.size == 0:
         return Verdict("cost_real_layers", model, NOT_MEASURABLE, {}, COST_REAL, "no feasible pattern solved")
-    return judge("cost_real_layers", model, {"wins": wins}, effects, decide, COST_REAL, over="windows",
-                 min_units=MIN_COST_WINDOWS, seed=seed, fractions=tuple(COST_REAL),
-                 evidence={"Ts": list(Ts), "measured_at": MEASURED_AT["cost_real_layers"], **(extra or {})})  # fmt: skip
+    thresholds = COST_REAL | {"T_min": float(Ts.min()), "T_max": float(Ts.max())}
+    unsolved = "exact programs were solved at T = " + ", ".join(f"{T:g}" for T in Ts) + " only"
+    fixed = {"T_min×0.5": unsolved, "T_max×2": unsolved,
+             "layer_stride": "every few layers were solved (the stride is fixed by the cost pass)"}  # fmt: skip
+    return judge("cost_real_layers", model, {"wins": wins}, effects, decide, thresholds, over="windows",
+                 min_units=MIN_COST_WINDOWS, seed=seed, fractions=tuple(COST_REAL), fixed=fixed,
+                 evidence={"Ts": Ts.tolist(), **(extra or {})})  # fmt: skip

@@ -5,6 +5,7 @@ numbers in, a `Verdict` out by the steps of `reproduction.verdicts`; the claims'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -63,13 +64,16 @@ def geometry_verdict(model: str, counts: Mapping[str, np.ndarray], tokens: int, 
 REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95}
 
 
-def representability_verdict(model: str, layers: Sequence[Mapping], width: int, seed: int = 0) -> Verdict:
+def representability_verdict(model: str, layers: Sequence[Mapping], width: int, seed: int = 0,
+                             n_layers: int | None = None) -> Verdict:  # fmt: skip
     """Claim `representability` from per-middle-layer certificates on raw inputs `{layer, n_contexts, h1, h2,
     gamma2_rel, control_gamma2_rel (list), n_controls}` (γ₂ / ‖z‖ of BOS and of each random context token).
     A layer is beyond its control when H1 and H2 hold and BOS's γ₂/‖z‖ exceeds at least `beaten_control_frac`
-    of the controls'. Supported: ≥ 1 − `failing_layer_tol` of the layers are; partly: H1 and H2 hold in ≥
-    `partly_layer_frac` of them (BOS passes a test random tokens pass too); else not supported. Interval over
-    layers. Needs more tokens than the `width`, ≥ `MIN_CONTROLS` controls and ≥ `MIN_LAYERS` layers."""
+    of the first `n_controls` controls'. Supported: ≥ 1 − `failing_layer_tol` of the layers are; partly: H1 and
+    H2 hold in ≥ `partly_layer_frac` of them (BOS passes a test random tokens pass too); else not supported.
+    Interval over layers. Needs more tokens than the `width`, ≥ `MIN_CONTROLS` controls and ≥ `MIN_LAYERS`
+    layers. The sensitivity halves the controls (the first half) and, given the depth `n_layers`, narrows the
+    middle band (`middle_margin`); doubling the controls or widening the band needs another certificate pass."""
     layers = list(layers)
     if not layers:
         return Verdict("representability", model, NOT_MEASURABLE, {}, REPRESENTABILITY, "no certificates")
@@ -81,25 +85,39 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
                        f"sample ({n} tokens) is not larger than the model width ({width}): any token would pass")  # fmt: skip
     if controls < MIN_CONTROLS:
         return too_few("representability", model, "control tokens", controls, MIN_CONTROLS, evidence)
-    holds = np.array([bool(row["h1"]) and bool(row["h2"]) for row in layers], float)
-    beaten = np.array([float(np.mean(float(row["gamma2_rel"]) > np.asarray(row["control_gamma2_rel"], float)))
-                       for row in layers])  # fmt: skip
-    ranks = [1 + int(np.sum(np.asarray(row["control_gamma2_rel"], float) >= float(row["gamma2_rel"])))
-             for row in layers]  # fmt: skip
+    thresholds = REPRESENTABILITY | {"n_controls": float(controls)}
+    fixed = {"n_controls×2": f"only {controls} random control tokens were drawn in the certificate pass"}
+    if n_layers is not None:
+        thresholds["middle_margin"] = 0.25
+        fixed["middle_margin×0.5"] = ("the certificates ran on the middle band (depth ¼ … ¾) only: a wider band "
+                                      "needs another certificate pass")  # fmt: skip
+    units = {"holds": np.array([bool(row["h1"]) and bool(row["h2"]) for row in layers], float),
+             "gamma": np.array([float(row["gamma2_rel"]) for row in layers]),
+             "controls": np.array([np.asarray(row["control_gamma2_rel"], float)[:controls] for row in layers]),
+             "layer": np.array([int(row["layer"]) for row in layers])}  # fmt: skip
+    ranks = [1 + int(np.sum(c >= g)) for g, c in zip(units["gamma"], units["controls"])]
 
     def effects(u, th):
-        return {"layers_beyond_control": float(np.mean(u["holds"].astype(bool) & (u["beaten"] >= th["beaten_control_frac"]))),
-                "layers_representable": float(u["holds"].mean()), "mean_controls_beaten": float(u["beaten"].mean())}  # fmt: skip
+        band = np.ones(len(u["layer"]), bool)
+        if "middle_margin" in th:
+            band = np.isin(u["layer"], middle_layers(n_layers, th["middle_margin"], 1 - th["middle_margin"]))
+        if band.sum() < MIN_LAYERS:
+            return {"layers_beyond_control": math.nan}
+        holds = u["holds"][band].astype(bool)
+        beaten = (u["gamma"][band, None] > u["controls"][band, : int(th["n_controls"])]).mean(1)
+        return {"layers_beyond_control": float(np.mean(holds & (beaten >= th["beaten_control_frac"]))),
+                "layers_representable": float(holds.mean()), "mean_controls_beaten": float(beaten.mean())}  # fmt: skip
 
     def decide(e, th):
+        if not math.isfinite(e["layers_beyond_control"]):
+            return NOT_MEASURABLE
         if e["layers_beyond_control"] >= 1 - th["failing_layer_tol"]:
             return SUPPORTED
         return PARTLY if e["layers_representable"] >= th["partly_layer_frac"] else NOT_SUPPORTED
 
-    evidence |= {"layers": [int(row["layer"]) for row in layers], "bos_rank": ranks,
-                 "gamma2_rel_bos": [float(r["gamma2_rel"]) for r in layers],
-                 "gamma2_rel_control_median": [float(np.median(r["control_gamma2_rel"])) for r in layers],
-                 "gamma2_rel_control_max": [float(np.max(r["control_gamma2_rel"])) for r in layers]}  # fmt: skip
-    return judge("representability", model, {"holds": holds, "beaten": beaten}, effects, decide, REPRESENTABILITY,
-                 over="middle layers", min_units=MIN_LAYERS, fractions=tuple(REPRESENTABILITY), seed=seed,
+    evidence |= {"layers": units["layer"].tolist(), "bos_rank": ranks, "gamma2_rel_bos": units["gamma"].tolist(),
+                 "gamma2_rel_control_median": np.median(units["controls"], 1).tolist(),
+                 "gamma2_rel_control_max": units["controls"].max(1).tolist()}  # fmt: skip
+    return judge("representability", model, units, effects, decide, thresholds, over="middle layers",
+                 min_units=MIN_LAYERS, fractions=(*REPRESENTABILITY, "middle_margin"), fixed=fixed, seed=seed,
                  evidence=evidence)  # fmt: skip

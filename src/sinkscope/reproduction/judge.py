@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 
 from sinkscope.functional.switch_routes import ROUTES
-from sinkscope.reproduction.ablation_claims import ablation_verdict, dormant_curve, sink_ablation_verdict
+from sinkscope.reproduction.ablation_claims import dormant_curve, dormant_heads_verdict, sink_ablation_verdict
 from sinkscope.reproduction.config import DELTA_SCALES, ReproduceConfig
 from sinkscope.reproduction.cost_claims import cost_closed_forms_verdict, cost_real_verdict
 from sinkscope.reproduction.experiment_claims import judge_experiments
 from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
+from sinkscope.reproduction.matched_heads import LAYER_MATCHED
 from sinkscope.reproduction.regime_claims import regimes_verdict
 from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
 from sinkscope.reproduction.smoothing_claims import oversmoothing_verdict
@@ -95,7 +96,7 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
                                                                                           mass, counts)}  # fmt: skip
     out.append(switch_routes_verdict(model, switch["routes"], names, [route.sink for route in ROUTES], tau, delta,
                                      extra, seed))  # fmt: skip
-    out.append(value_drain_verdict(model, arrays["drain"], at_delta(arrays["hard_sink"]), T - 1, seed))
+    out.append(value_drain_verdict(model, arrays["drain"], arrays["hard_sink"], T - 1, seed, delta))
     out.append(mlp_like_verdict(model, at_delta(arrays["mlp_like"]), T - 1, seed))
     return [replace(verdict, corpus=corpus) for verdict in out]
 
@@ -120,18 +121,25 @@ def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], a
 
 def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int
                       ) -> list[Verdict]:  # fmt: skip
-    """The dormant heads zeroed against random sets of the same size (`sinkscope.pipelines.ablate`)."""
+    """The dormant heads zeroed against layer-matched and unmatched random sets of the same size, per window
+    (`sinkscope.pipelines.ablate`, `reproduction.matched_heads`)."""
     frame = ablation[ablation["mode"] == "zero"]
     chosen = frame[frame["selection"] == "lowest-ahon-ln"]
-    if chosen.empty:
-        return [Verdict("dormant_heads", model, NOT_MEASURABLE, reason="no lowest-ahon-ln set", corpus=corpus)]
+    if chosen.empty or "window_delta" not in frame:
+        return [Verdict("dormant_heads", model, NOT_MEASURABLE, reason="no per-window lowest-ahon-ln ablation",
+                        corpus=corpus)]  # fmt: skip
     row = chosen.iloc[0]
-    random = frame[(frame["selection"] == "random") & (frame["n_heads"] == row["n_heads"])]
-    extra = {"mode": "zero", "n_heads": int(row["n_heads"]), "fraction": float(row["fraction"]),
-             "base_loss": float(row["base_loss"]), "delta_selected_sem": float(row["delta_sem"]),
-             "n_windows": int(row["n_windows"]), "dormant_frac_by_ahon_ln": dormant_curve(heads["ahon_ln"])}  # fmt: skip
-    verdict = ablation_verdict("dormant_heads", model, float(row["delta_loss"]), random["delta_loss"].tolist(), extra,
-                               seed)  # fmt: skip
+    same_size = frame[frame["n_heads"] == row["n_heads"]]
+
+    def draws(selection: str) -> np.ndarray:  # (windows, draws)
+        rows = same_size[same_size["selection"] == selection]["window_delta"]
+        return np.stack([np.asarray(x, float) for x in rows], 1) if len(rows) else np.zeros((len(row["window_delta"]), 0))
+
+    extra = {"mode": "zero", "n_heads": int(row["n_heads"]), "heads": row["heads"], "base_loss": float(row["base_loss"]),
+             "delta_selected_sem": float(row["delta_sem"]), "n_windows": int(row["n_windows"]),
+             "dormant_frac_by_ahon_ln": dormant_curve(heads["ahon_ln"])}  # fmt: skip
+    verdict = dormant_heads_verdict(model, np.asarray(row["window_delta"], float), draws(LAYER_MATCHED),
+                                    draws("random"), extra, seed, fraction=float(row["fraction"]))  # fmt: skip
     return [replace(verdict, corpus=corpus)]
 
 
@@ -179,11 +187,12 @@ def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int) -> 
     effective rank (all layers), and the signed p̂/q̂ score over RoPE offsets (middle layers, where the
     certificates give p̂ and q̂)."""
     aligned = table.dropna(subset=["qk_pq_score"]) if "qk_pq_score" in table else table.iloc[:0]
+    n_layers = int(table["layer"].max()) + 1 if len(table) else 0
     return [
-        replace(weights_verdict("weights_low_rank", model, table["qk_effective_rank"], table["is_sink"],
+        replace(weights_verdict("weights_low_rank", model, table["qk_effective_rank"], table["sink_score"],
                                 table["layer"], seed), corpus=corpus),
-        replace(weights_verdict("weights_bos_alignment", model, aligned["qk_pq_score"], aligned["is_sink"],
-                                aligned["layer"], seed), corpus=corpus),
+        replace(weights_verdict("weights_bos_alignment", model, aligned["qk_pq_score"], aligned["sink_score"],
+                                aligned["layer"], seed, n_layers), corpus=corpus),
     ]  # fmt: skip
 
 
@@ -203,7 +212,8 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     heads = m.runs[first].heads
     certificates = m.certificates.to_dict("records")
     width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
-    verdicts.append(replace(representability_verdict(model, certificates, width, seed), corpus=first))
+    depth = int(heads["layer"].max()) + 1
+    verdicts.append(replace(representability_verdict(model, certificates, width, seed, depth), corpus=first))
     verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed))
     verdicts += ablation_verdicts(model, first, m.ablation, heads, seed)
     verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
@@ -224,7 +234,7 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
         "certificates": m.certificates,
         "heads": _columns(heads, HEAD_COLUMNS),
         "weights": weight_table,
-        "ablation": pd.concat([m.ablation, sink_query_table(m.sink_queries)], ignore_index=True),
+        "ablation": pd.concat([window_text(m.ablation), sink_query_table(m.sink_queries)], ignore_index=True),
         "cost_layers": m.costs,
         "anchors": pd.DataFrame(
             [{"corpus": corpus, "sink_rate": m.runs[corpus].meta["summary"]["sink_rate"],
@@ -271,6 +281,15 @@ def routes_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
     names = [route.name for route in ROUTES] + ["unexplained"]
     frame = pd.DataFrame(counts, columns=names).astype(int)
     return frame.assign(layer=np.arange(len(frame)), n_switched_off=frame[names].sum(axis=1))
+
+
+def window_text(ablation: pd.DataFrame) -> pd.DataFrame:
+    """The ablation table with each row's per-window Δloss as one space-separated cell (for the CSV)."""
+    if "window_delta" not in ablation:
+        return ablation
+    cells = [" ".join(f"{x:.6g}" for x in np.asarray(v, float)) if isinstance(v, (list, np.ndarray)) else ""
+             for v in ablation["window_delta"]]  # fmt: skip
+    return ablation.assign(window_delta=cells)
 
 
 def sink_query_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:

@@ -118,8 +118,14 @@ def interval_text(interval: dict | None, evidence: dict) -> str:
 
 
 def sensitivity_text(sensitivity: list[dict]) -> str:
-    """'δ ×½ → partly · δ ×2 → supported', one entry per threshold and scale, changes first."""
-    return " · ".join(f"{r['threshold']} ×{'½' if r['scale'] == 0.5 else '2'} → {r['verdict']}" for r in sensitivity)
+    """'δ ×½ → partly · δ ×2 → supported · head_fraction: not varied (REASON)', one entry per threshold and
+    scale; a threshold the measurement fixed says so, with the reason."""
+
+    def entry(r: dict) -> str:
+        name = r["threshold"] if r["scale"] is None else f"{r['threshold']} ×{'½' if r['scale'] == 0.5 else '2'}"
+        return f"{name}: not varied ({r['not_varied']})" if r.get("not_varied") else f"{name} → {r['verdict']}"
+
+    return " · ".join(entry(r) for r in sensitivity)
 
 
 def section_data(summary: dict, table_names: list[str]) -> list[dict]:

@@ -94,7 +94,8 @@ def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Sect
     """Heads vs random heads of the same number, ablated on the first corpus, read back as `ablation.parquet`:
     `zero` (outputs set to 0) for the sink-like (highest hard-sink fraction) and dormant (lowest AHON-LN) sets;
     `bos` (all attention moved to BOS, output v_0) for the sink-like set. The heads are ranked by the scores of
-    the analysis `scores`, whose key is part of this one."""
+    the analysis `scores`, whose key is part of this one. Mode `zero` adds `random_draws` layer-matched random
+    sets of the dormant set (`reproduction.matched_heads`); every row keeps its per-window Δloss."""
     from sinkscope.pipelines.ablate import AblateConfig
 
     c = config
@@ -105,13 +106,20 @@ def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Sect
     key = {"section": "ablate", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
            "windows": c.ablation_windows, "config": asdict(ablate_config) | {"from_run": "analysis"},
            "scores": scores.key, "dtype": c.dtype}  # fmt: skip
+    if mode == "zero":
+        key |= {"layer_matched_draws": c.random_draws, "window_delta": True}
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
         from sinkscope.pipelines.ablate import run_ablation, save_ablation
+        from sinkscope.reproduction.matched_heads import layer_matched_ablation
 
         stream = windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed)
         curve, head_scores, meta = run_ablation(lm, stream, ablate_config)
+        if mode == "zero":
+            batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
+            matched = layer_matched_ablation(lm, batches, curve, "lowest-ahon-ln", c.random_draws, c.seed)
+            curve = pd.concat([curve, matched], ignore_index=True)
         save_ablation(target, curve, head_scores, meta, overwrite=True)
 
     label = f"ablate{'' if mode == 'zero' else f' ({mode})'} {c.ablation_fraction:g} of heads ({c.ablation_windows} windows)"

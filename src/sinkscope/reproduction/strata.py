@@ -83,10 +83,11 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def rowwise_spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-    """`within_layer_spearman` for units laid out as (layers, units per layer) matrices, vectorised."""
+def rowwise_spearman(x: np.ndarray, y: np.ndarray, min_units: float = 3) -> tuple[float, int]:
+    """`within_layer_spearman` for units laid out as (layers, units per layer) matrices, vectorised; rows of fewer
+    than `min_units` units give NaN, 0 (the gate is a threshold of the claims that read it)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.shape[1] < 3:
+    if x.shape[1] < min_units:
         return math.nan, 0
     rx, ry = rankdata(x, axis=1), rankdata(y, axis=1)
     rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)

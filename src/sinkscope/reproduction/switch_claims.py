@@ -26,6 +26,7 @@ from sinkscope.reproduction.verdicts import (
 
 SWITCH = {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
 GRID = (0.5, 1.0, 2.0)  # the δ (and τ) scales per-window tables are counted at
+ONE_DELTA = "only δ × 1 was counted (--quick: one evidence pass per corpus), so halving and doubling δ needs the passes"
 # τ of the switch curves: dense where P(sink | off) and P(off | sink) cross on the embedded models (0.1 … 0.2)
 TAU_CURVE = (0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.4, 0.6, 0.8, 1.0)
 
@@ -54,6 +55,7 @@ def switch_verdict(model: str, counts: np.ndarray, taus: Sequence[float] = TAU_C
     thresholds = SWITCH | {"delta": delta}
     counts = np.asarray(counts, float)
     deltas = GRID if counts.shape[1] == len(GRID) else (1.0,)
+    fixed = {} if deltas == GRID else {"delta": ONE_DELTA}
 
     def effects(u, th):
         scale = th["delta"] / delta
@@ -72,30 +74,38 @@ def switch_verdict(model: str, counts: np.ndarray, taus: Sequence[float] = TAU_C
         return graded(e["best_min_conditional"], 1 - th["miss_tol"], th["partly_min"])
 
     return judge("switch", model, {"counts": counts}, effects, decide, thresholds, over="windows",
-                 min_units=MIN_WINDOWS, seed=seed, fractions=("miss_tol", "partly_min"),
+                 min_units=MIN_WINDOWS, seed=seed, fractions=("miss_tol", "partly_min"), fixed=fixed,
                  evidence={"taus": list(taus)})  # fmt: skip
 
 
-VALUE_DRAIN = {"rho_min": 0.3, "drain_max": 0.5, "sink_head_hard_frac": 0.5}
+VALUE_DRAIN = {"rho_min": 0.3, "drain_max": 0.5, "sink_head_hard_frac": 0.5, "min_groups_per_layer": 3}
 
 
-def value_drain_verdict(model: str, drains: np.ndarray, hard_sink: np.ndarray, queries: int, seed: int = 0
-                        ) -> Verdict:  # fmt: skip
-    """Claim `value_drain` from per-window drains (W, L, KV) and hard-sink counts (W, L, H) out of `queries`
-    per window. Per KV group: the largest hard-sink fraction of its query heads and the mean drain. Effect:
-    Spearman ρ of the two over all groups (negative: sinking goes with a small v_0). Supported: ρ ≤ −`rho_min`,
-    the within-layer ρ not positive (where layers have ≥ 3 groups), and the groups with a head hard-sink on ≥
-    `sink_head_hard_frac` of queries have median drain ≤ `drain_max`; partly: ρ < 0; else not supported."""
+def value_drain_verdict(model: str, drains: np.ndarray, hard_sink: np.ndarray, queries: int, seed: int = 0,
+                        delta: float = 0.1) -> Verdict:  # fmt: skip
+    """Claim `value_drain` from per-window drains (W, L, KV) and hard-sink counts (W, L, H) at δ, or (W, S, L, H)
+    at δ × `GRID` (S = 3), out of `queries` per window. Per KV group: the largest hard-sink fraction of its query
+    heads and the mean drain. Effect: Spearman ρ of the two over all groups (negative: sinking goes with a small
+    v_0). Supported: ρ ≤ −`rho_min`, the within-layer ρ not positive (where layers have ≥ `min_groups_per_layer`
+    groups; none has: not required), and the groups with a head hard-sink on ≥ `sink_head_hard_frac` of queries
+    have median drain ≤ `drain_max`; partly: ρ < 0; else not supported. δ, the gate on groups per layer and every
+    cut enter the sensitivity."""
     drains, hard = np.asarray(drains, float), np.asarray(hard_sink, float)
+    hard = hard[:, None] if hard.ndim == 3 else hard
     W, L, KV = drains.shape
-    group = hard.shape[2] // KV
+    group = hard.shape[-1] // KV
+    deltas = GRID if hard.shape[1] == len(GRID) else (1.0,)
 
     def effects(u, th):
-        frac = (u["hard"].sum(0) / (len(u["hard"]) * queries)).reshape(L, KV, group).max(-1).ravel()
+        index = [i for i, d in enumerate(deltas) if math.isclose(th["delta"] / delta, d)]
+        if not index:
+            return {"rho_all_groups": math.nan}
+        counts = u["hard"][:, index[0]]
+        frac = (counts.sum(0) / (len(counts) * queries)).reshape(L, KV, group).max(-1).ravel()
         drain = u["drains"].mean(0).ravel()
         if np.ptp(frac) == 0 or np.ptp(drain) == 0:
             return {"rho_all_groups": math.nan}
-        within, used = rowwise_spearman(frac.reshape(L, KV), drain.reshape(L, KV))
+        within, used = rowwise_spearman(frac.reshape(L, KV), drain.reshape(L, KV), th["min_groups_per_layer"])
         sink = frac >= th["sink_head_hard_frac"]
         return {"rho_all_groups": spearman(frac, drain), "rho_within_layers": within,
                 "layers_within": float(used), "n_sink_groups": float(sink.sum()),
@@ -112,8 +122,10 @@ def value_drain_verdict(model: str, drains: np.ndarray, hard_sink: np.ndarray, q
             return SUPPORTED
         return PARTLY if rho < 0 else NOT_SUPPORTED
 
-    return judge("value_drain", model, {"drains": drains, "hard": hard}, effects, decide, VALUE_DRAIN,
+    thresholds = VALUE_DRAIN | {"delta": delta}
+    return judge("value_drain", model, {"drains": drains, "hard": hard}, effects, decide, thresholds,
                  over="windows", min_units=MIN_WINDOWS, seed=seed, fractions=("sink_head_hard_frac",),
+                 fixed={} if deltas == GRID else {"delta": ONE_DELTA},
                  evidence={"n_groups": L * KV, "groups_per_layer": KV})  # fmt: skip
 
 

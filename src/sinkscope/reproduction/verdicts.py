@@ -20,7 +20,9 @@ effects' bootstrap over the right unit, and flagged when half or double any deci
    halved and doubled on the odds scale `x / (1 − x)`, so it stays a fraction (0.5 → 1/3 and 2/3; 0.05 → 0.026
    and 0.095); the others are multiplied by ½ and 2. If any of these differs (a `not measurable here` there
    carries no information), a `supported` or `not supported` verdict becomes `partly`, with the reason "depends
-   on NAME".
+   on NAME". A threshold the measurement fixed (one δ picked the zeroed queries, only 20 controls were drawn)
+   cannot be re-decided from the same numbers at every scale: the claim names it in `fixed` with the reason,
+   and the sensitivity records it as not varied (`verdict: None`, `not_varied: REASON`), never silently.
 5. **Descriptive** claims (the paper states a condition, not a frequency) get `descriptive`: the measurement
    and its interval, no verdict.
 """
@@ -206,6 +208,7 @@ def judge(
     over: str,
     min_units: int | tuple[int, int] | None = None,
     fractions: tuple[str, ...] = (),
+    fixed: Mapping[str, str] | None = None,
     evidence: dict | None = None,
     descriptive: bool = False,
     strata: np.ndarray | None = None,
@@ -220,12 +223,12 @@ def judge(
     value}` (the first is the primary effect, whose interval is reported); `decide(effects, thresholds)` →
     verdict, called without p-values. `min_units`: the fewest units (with `crossed`: (windows, draws)) a
     verdict needs, else `not measurable here: too few OVER`. Every threshold is varied (`fractions` on the odds
-    scale). `evidence` joins the effects in the record.
+    scale) but where `fixed` says why not (`threshold_sensitivity`). `evidence` joins the effects in the record.
     """
-    thresholds = dict(thresholds)
+    thresholds, fixed = dict(thresholds), dict(fixed or {})
     base = dict(evidence or {})
     if not units:  # an exact test: no resampling unit, no interval
-        return _exact(claim, model, effects, decide, thresholds, fractions, base, over)
+        return _exact(claim, model, effects, decide, thresholds, fractions, fixed, base, over)
     if min_units is None:
         raise ValueError(f"{claim}: a verdict over units needs a stated minimum (min_units)")
     shape = next(iter(units.values())).shape
@@ -249,7 +252,7 @@ def judge(
     if verdict == NOT_MEASURABLE:
         return Verdict(claim, model, verdict, record, thresholds, point_reason(point), interval=interval)
     verdict, reason = capped(verdict, [decide(deciding(e), thresholds) for e in resampled_effects])
-    sensitivity = threshold_sensitivity(units, effects, decide, thresholds, fractions)
+    sensitivity = threshold_sensitivity(units, effects, decide, thresholds, fractions, fixed)
     verdict, reason = sensitive_verdict(verdict, reason, decide(deciding(point), thresholds), sensitivity)
     return Verdict(claim, model, verdict, record, thresholds, reason, interval=interval, sensitivity=sensitivity)
 
@@ -262,27 +265,43 @@ def scaled_threshold(value: float, scale: float, fraction: bool) -> float:
     return odds / (1 + odds)
 
 
-def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, fractions=()) -> list[dict]:
+def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, fractions=(),
+                          fixed: Mapping[str, str] | None = None) -> list[dict]:  # fmt: skip
     """The point verdict with every threshold halved and doubled, one at a time (the names in `fractions` on the
-    odds scale)."""
+    odds scale).
+
+    `fixed` names what the measurement fixed, with the reason, keyed `NAME` (not varied at all: one record with
+    scale None; NAME need not be a threshold, e.g. the head fraction of an ablation) or `NAME×SCALE` (a threshold
+    varied at the other scale only, e.g. `n_controls×2` when only 20 controls were drawn). Those records carry
+    `verdict: None` and `not_varied: REASON`; `sensitive_verdict` reads only the varied ones.
+    """
+    fixed = dict(fixed or {})
     out = []
     for name in thresholds:
         for scale in SCALES:
-            changed = thresholds | {name: scaled_threshold(thresholds[name], scale, name in fractions)}
-            out.append({"threshold": name, "scale": scale, "value": changed[name],
+            value = scaled_threshold(thresholds[name], scale, name in fractions)
+            why = fixed.get(name) or fixed.get(f"{name}×{scale:g}")
+            if why:
+                out.append({"threshold": name, "scale": scale, "value": value, "verdict": None, "not_varied": why})
+                continue
+            changed = thresholds | {name: value}
+            out.append({"threshold": name, "scale": scale, "value": value,
                         "verdict": decide(deciding(effects(units, changed)), changed)})  # fmt: skip
+    for name, why in fixed.items():
+        if name not in thresholds and name.split("×")[0] not in thresholds:
+            out.append({"threshold": name, "scale": None, "value": None, "verdict": None, "not_varied": why})
     return out
 
 
-def _exact(claim, model, effects, decide: Decide, thresholds: dict, fractions: tuple, evidence: dict, note: str
-           ) -> Verdict:  # fmt: skip
+def _exact(claim, model, effects, decide: Decide, thresholds: dict, fractions: tuple, fixed: dict, evidence: dict,
+           note: str) -> Verdict:  # fmt: skip
     """A claim decided by an exact computation (closed forms, certificates on every token): no interval."""
     point = effects({}, thresholds)
     verdict = decide(deciding(point), thresholds)
     record = evidence | point | {"interval_note": note}
     if verdict == NOT_MEASURABLE:
         return Verdict(claim, model, verdict, record, thresholds, point_reason(point))
-    sensitivity = threshold_sensitivity({}, effects, decide, thresholds, fractions)
+    sensitivity = threshold_sensitivity({}, effects, decide, thresholds, fractions, fixed)
     verdict, reason = sensitive_verdict(verdict, "", verdict, sensitivity)
     return Verdict(claim, model, verdict, record, thresholds, reason, sensitivity=sensitivity)
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sinkscope.reproduction.minima import MEASURED_AT, MIN_STRATA
-from sinkscope.reproduction.strata import stratified_difference, within_layer_permutation_p
+from sinkscope.reproduction.minima import MIN_STRATA
+from sinkscope.reproduction.strata import middle_layers, stratified_difference, within_layer_permutation_p
 from sinkscope.reproduction.verdicts import (
     NOT_MEASURABLE,
     NOT_SUPPORTED,
@@ -22,41 +22,55 @@ from sinkscope.reproduction.verdicts import (
     too_few,
 )
 
-WEIGHTS_LOW_RANK = {"min_effect": 0.2, "rank_max": 2.0}
-WEIGHTS_ALIGNMENT = {"min_effect": 0.2, "rank1_score": 0.5}
+WEIGHTS_LOW_RANK = {"min_effect": 0.2, "rank_max": 2.0, "epsilon": 0.3}
+WEIGHTS_ALIGNMENT = {"min_effect": 0.2, "rank1_score": 0.5, "epsilon": 0.3, "middle_margin": 0.25}
+WIDER_BAND = ("the p̂/q̂ scores exist only where the certificates ran (depth ¼ … ¾): a wider band needs another "
+              "certificate pass")  # fmt: skip
 
 
-def weights_verdict(claim: str, model: str, values: Sequence[float], is_sink: Sequence[bool], layers: Sequence[int],
-                    seed: int = 0) -> Verdict:  # fmt: skip
+def weights_verdict(claim: str, model: str, values: Sequence[float], sink_score: Sequence[float],
+                    layers: Sequence[int], seed: int = 0, n_layers: int | None = None) -> Verdict:  # fmt: skip
     """Claims `weights_low_rank` (sink heads' W_QK effective rank lower than other heads' of the same layer, and
     near the rank 1 the claim names: median ≤ `rank_max`) and `weights_bos_alignment` (sink heads' signed p̂/q̂
     score higher within layers, and near the ≈ 1 of a rank-1 reading: median ≥ `rank1_score`).
 
+    Sink heads: mean sink score α > `epsilon` (the head class `sink` at ε = 0.3; booleans read as α 0 or 1).
     Effect: the standardised within-layer difference in the claimed direction (`reproduction.strata`).
     Supported: ≥ `min_effect` and the sink heads' level as the claim names it; partly: ≥ `min_effect` only;
     else not supported. Interval over heads resampled within layers; the within-layer permutation p-value is
-    reported, never deciding. Needs ≥ `MIN_STRATA` layers holding both classes."""
+    reported, never deciding. Needs ≥ `MIN_STRATA` layers holding both classes.
+    `n_layers` (the alignment claim): the model's depth, so that the middle band (`middle_margin`) can be
+    narrowed in the sensitivity; it cannot be widened beyond the layers that were scored."""
     lower = claim == "weights_low_rank"
-    thresholds = WEIGHTS_LOW_RANK if lower else WEIGHTS_ALIGNMENT
-    values, is_sink, layers = np.asarray(values, float), np.asarray(is_sink, bool), np.asarray(layers)
-    keep = np.isfinite(values)
-    values, is_sink, layers = values[keep], is_sink[keep], layers[keep]
+    thresholds = dict(WEIGHTS_LOW_RANK if lower else WEIGHTS_ALIGNMENT)
+    fixed = {}
+    if lower or n_layers is None:
+        thresholds.pop("middle_margin", None)
+    else:
+        fixed["middle_margin×0.5"] = WIDER_BAND
+    values, scores, layers = np.asarray(values, float), np.asarray(sink_score, float), np.asarray(layers)
+    keep = np.isfinite(values) & np.isfinite(scores)
+    values, scores, layers = values[keep], scores[keep], layers[keep]
+    is_sink = scores > thresholds["epsilon"]
     sign = -1.0 if lower else 1.0
     _, _, strata = stratified_difference(values, is_sink, layers)
     evidence = {"n_sink_heads": int(is_sink.sum()), "n_other_heads": int((~is_sink).sum()), "layers_with_both": strata,
-                "claimed_direction": "sink heads lower" if lower else "sink heads higher",
-                "measured_at": MEASURED_AT["weights_low_rank"]}  # fmt: skip
+                "claimed_direction": "sink heads lower" if lower else "sink heads higher"}  # fmt: skip
     if strata < MIN_STRATA:
         return too_few(claim, model, "layers holding sink and other heads", strata, MIN_STRATA, evidence, thresholds)
 
     def effects(u, th):
-        difference, standardised, _ = stratified_difference(u["values"], u["is_sink"].astype(bool), u["layers"])
-        sinks, others = u["values"][u["is_sink"] == 1], u["values"][u["is_sink"] == 0]
-        pooled = float(np.median(sinks) - np.median(others)) if sinks.size and others.size else math.nan
+        band = np.ones(len(u["layers"]), bool)
+        if "middle_margin" in th:
+            band = np.isin(u["layers"], middle_layers(n_layers, th["middle_margin"], 1 - th["middle_margin"]))
+        x, sink, at = u["values"][band], u["scores"][band] > th["epsilon"], u["layers"][band]
+        difference, standardised, used = stratified_difference(x, sink, at)
+        if used == 0:  # no layer holds both classes (a resample may hold fewer than MIN_STRATA: it still counts)
+            return {"effect_within_layers": math.nan}
+        sinks, others = x[sink], x[~sink]
         return {"effect_within_layers": sign * standardised, "difference_within_layers": difference,
-                "median_sink_heads": float(np.median(sinks)) if sinks.size else math.nan,
-                "median_other_heads": float(np.median(others)) if others.size else math.nan,
-                "pooled_median_difference": pooled}  # fmt: skip
+                "median_sink_heads": float(np.median(sinks)), "median_other_heads": float(np.median(others)),
+                "pooled_median_difference": float(np.median(sinks) - np.median(others))}  # fmt: skip
 
     def decide(e, th):
         if not math.isfinite(e["effect_within_layers"]):
@@ -68,6 +82,7 @@ def weights_verdict(claim: str, model: str, values: Sequence[float], is_sink: Se
 
     evidence["p_value_within_layers"] = within_layer_permutation_p(values, is_sink, layers, greater=not lower, seed=seed)
     evidence["max_value"] = float(values.max())
-    units = {"values": values, "is_sink": is_sink.astype(float), "layers": layers}
+    units = {"values": values, "scores": scores, "layers": layers}
     return judge(claim, model, units, effects, decide, thresholds, over="heads", min_units=2 * MIN_STRATA,
-                 strata=layers, seed=seed, evidence=evidence, fractions=() if lower else ("rank1_score",))  # fmt: skip
+                 strata=layers, seed=seed, evidence=evidence, fixed=fixed,
+                 fractions=() if lower else ("rank1_score", "middle_margin"))  # fmt: skip
