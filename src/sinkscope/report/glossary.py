@@ -91,6 +91,12 @@ TERMS: dict[str, Term] = {
 
 
 COST = "docs/theory/cost.md § Sweeps: sinkscope cost"
+EXPERIMENTS = "docs/experiments.md § The paper's experiments beyond `reproduce` (issue 36)"
+EVICT = "docs/experiments.md § Keep-the-sink (`sinkscope evict`)"
+PREVALENCE = "docs/experiments.md § How common each head pattern is (`sinkscope prevalence`)"
+DENSE = "docs/experiments.md § Dense attention inside the model (`sinkscope dense`)"
+ASSUMPTIONS = "docs/experiments.md § The switch theorem's assumptions (`sinkscope switch-assumptions`)"
+REGIMES_COST = "docs/experiments.md § Cost regimes: Figure 3 (`sinkscope cost-regimes`)"
 COMMANDS = "README.md § Command line, and the command's --help"
 # The pages of `sinkscope ablate` and `sinkscope cost` (report/results_page.py): their own columns, where a name
 # can mean something else than on the analyze pages (T there is the number of context tokens).
@@ -105,13 +111,15 @@ RESULTS_TERMS: dict[str, Term] = {
     "delta_sem": Term("standard error of delta_loss over the evaluation windows", ABLATIONS),
     "draws": Term("number of random head sets drawn at this fraction (1 for a scored selection)", ABLATIONS),
     "seed": Term("seed of the random draw (head set, or embedding draw)", f"{ABLATIONS}; {COST}"),
-    "heads": Term("the ablated heads, as L<layer>H<head>", ABLATIONS),
+    "heads": Term("the ablated heads, as L<layer>H<head> (dense: the number of heads in the regime)",
+                  f"{ABLATIONS}; {DENSE}"),  # fmt: skip
     "T": Term("number of context tokens t = 1..T besides the sink z₀", COST),
     "d": Term("embedding dimension", COST),
     "dim": Term("embedding dimension d, or the layer's width for model:NAME", COST),
     "family": Term("how the embeddings were drawn (orthonormal, gaussian, shared_mean:ρ, anti_aligned:ρ, "
                    "low_rank:r, model:NAME)", COST),  # fmt: skip
-    "layer": Term("the model layer whose attention inputs z were used (model:NAME only)", COST),
+    "layer": Term("the model layer (cost: whose attention inputs z were used, model:NAME only; −1: every layer)",
+                  COST),  # fmt: skip
     "pattern": Term("the attention pattern represented: sink (every query on z₀) or diagonal (each on itself)", COST),
     "norm": Term("the norm of W_QK minimised: nuclear or frobenius", COST),
     "causal": Term("whether each query sees only the keys up to itself", COST),
@@ -120,7 +128,7 @@ RESULTS_TERMS: dict[str, Term] = {
     "delta": Term("the margin's slack δ where used (empty: none)", COST),
     "cost": Term("the minimum norm of a W_QK with the margin (inf: the pattern cannot be represented)", COST),
     "closed_form": Term("the cost from the closed form, where one exists (docs/theory/cost.md)", COST),
-    "rank": Term("numerical rank of the optimal W_QK", COST),
+    "rank": Term("numerical rank of the optimal W_QK (cost-regimes: the rank r of the embeddings)", COST),
     "reduced_dim": Term("dimension of the problem after reducing to the span of the embeddings", COST),
     "solver": Term("the convex solver used", COST),
     "status": Term("the solver's status (optimal, infeasible, …)", COST),
@@ -128,6 +136,78 @@ RESULTS_TERMS: dict[str, Term] = {
     "exponent": Term("a in the least-squares fit median cost ≈ c·T^a", COST),
     "prefactor": Term("c in the fit median cost ≈ c·T^a", COST),
     "points": Term("number of T values in the fit", COST),
+    # issue 36's commands (evict, prevalence, dense, switch-assumptions, cost-regimes)
+    "policy": Term("which keys a query keeps: full cache, recent (the window alone), first k, top-mass k", EVICT),
+    "k": Term("number of kept tokens besides the recent window", EVICT),
+    "loss": Term("mean next-token loss over the targets of queries t ≥ w (nats/token)", EVICT),
+    "delta_full": Term("loss minus the full cache's, paired per window (mean)", EVICT),
+    "delta_full_lo": Term("lower end of delta_full's 95 % interval over windows", EVICT),
+    "delta_full_hi": Term("upper end of delta_full's 95 % interval over windows", EVICT),
+    "delta_recent": Term("loss minus the recent window alone's, paired per window (mean)", EVICT),
+    "delta_recent_lo": Term("lower end of delta_recent's 95 % interval over windows", EVICT),
+    "delta_recent_hi": Term("upper end of delta_recent's 95 % interval over windows", EVICT),
+    "bos_kept_frac": Term("share of windows whose kept set holds position 0 (BOS)", EVICT),
+    "n_windows": Term("number of windows the row is computed over", EXPERIMENTS),
+    "class": Term("head class, each head classified in each window (sink, diagonal, previous-token, dense, mixed)",
+                  PREVALENCE),  # fmt: skip
+    "share": Term("the row's share: of the layer's heads in the class (prevalence), of heads in the regime (dense), "
+                  "of the switched-off non-sink queries in the category (switch-assumptions)", EXPERIMENTS),
+    "share_lo": Term("lower end of share's 95 % interval over windows", PREVALENCE),
+    "share_hi": Term("upper end of share's 95 % interval over windows", PREVALENCE),
+    "regime": Term("the regime the head's traces b, c predict along identity → uniform", DENSE),
+    "uniform_smooths_more": Term("heads whose uniform attention raises the next residual's mean cosine", DENSE),
+    "significantly_more": Term("of those, heads with the 95 % interval of dcos above 0", DENSE),
+    "significantly_less": Term("heads with the 95 % interval of dcos below 0", DENSE),
+    "lam": Term("λ of the mix (1 − λ) A + λ U (U causal uniform)", DENSE),
+    "base_loss": Term("next-token loss of the unchanged model (nats/token)", DENSE),
+    "dloss": Term("loss with every head of the layer mixed, minus base_loss (mean over windows)", DENSE),
+    "dloss_lo": Term("lower end of dloss's 95 % interval over windows", DENSE),
+    "dloss_hi": Term("upper end of dloss's 95 % interval over windows", DENSE),
+    "head": Term("the head (−1: every head of the layer at once)", DENSE),
+    "cos_own": Term("mean pairwise cosine of the residual leaving the layer with the model's own attention", DENSE),
+    "dcos": Term("change of that cosine at the largest λ (mean over windows)", DENSE),
+    **{f"dcos_{lam:g}": Term(f"change of that cosine at λ = {lam:g} (mean over windows)", DENSE)
+       for lam in (0.25, 0.5, 0.75, 1.0)},  # the default --lambdas
+    "dcos_lo": Term("lower end of dcos's 95 % interval over windows", DENSE),
+    "dcos_hi": Term("upper end of dcos's 95 % interval over windows", DENSE),
+    "lambda_peak_obs": Term("the λ of the grid (0 included) where the observed cosine is largest", DENSE),
+    "smooth_b": Term("b = tr(ΣW̃) of the head (docs/theory/oversmoothing.md)", DENSE),
+    "smooth_c": Term("c = tr(W̃ᵀΣW̃) of the head", DENSE),
+    "smooth_dense_more": Term("the prediction 2b + c > 0: dense smooths more than the identity", DENSE),
+    "smooth_lambda_peak": Term("predicted interior maximum λ* = 1 + b/c (peak regimes only)", DENSE),
+    "cells": Term("which (layer, window) cells: where the assumptions hold, fail, or all", ASSUMPTIONS),
+    "n_cells": Term("number of (layer, window) cells", ASSUMPTIONS),
+    "switched": Term("switched-off queries: ‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖", ASSUMPTIONS),
+    "switched_sink": Term("switched-off queries that are hard sinks (A[t,0] ≥ 1 − δ)", ASSUMPTIONS),
+    "agreement": Term("P(hard sink | switched off) = switched_sink / switched", ASSUMPTIONS),
+    "agreement_lo": Term("lower end of agreement's 95 % bootstrap interval over windows", ASSUMPTIONS),
+    "agreement_hi": Term("upper end of agreement's 95 % bootstrap interval over windows", ASSUMPTIONS),
+    "category": Term("what a switched-off non-sink query attends to (near sink, self, other small-value key, "
+                     "spread)", ASSUMPTIONS),  # fmt: skip
+    "queries": Term("number of switched-off queries that are not hard sinks, in the category", ASSUMPTIONS),
+    "holds_frac": Term("share of windows where the layer's inputs meet the assumptions", ASSUMPTIONS),
+    "rank_median": Term("median numerical rank of the context inputs z_1..z_{T−1}", ASSUMPTIONS),
+    "n_contexts": Term("number of context inputs T − 1 (the full rank)", ASSUMPTIONS),
+    "span_distance_median": Term("median |z_0 − P z_0| / |z_0| (P: projection on the contexts' span)", ASSUMPTIONS),
+    "span_distance_min": Term("smallest |z_0 − P z_0| / |z_0| over windows", ASSUMPTIONS),
+    "diagonal_cheaper": Term("share of draws where the diagonal is strictly cheaper (or the sink infeasible)",
+                             REGIMES_COST),  # fmt: skip
+    "sink_feasible": Term("share of draws where a sink W_QK exists", REGIMES_COST),
+    "p_h1": Term("Wendel's probability that the contexts lie in an open half-space (the sink's feasibility)",
+                 REGIMES_COST),  # fmt: skip
+    "predicted": Term("the predicted cheaper pattern: diagonal (P(H1) < ½), sink (r ≥ T + 1) or undecided",
+                      REGIMES_COST),  # fmt: skip
+    "agree": Term("share of draws whose exact winner is the predicted one", REGIMES_COST),
+    "seeds": Term("number of embedding draws in the cell", REGIMES_COST),
+    "V": Term("vocabulary size of the bigram-backcopy task (BOS not counted)", REGIMES_COST),
+    "K": Term("number of trigger tokens", REGIMES_COST),
+    "N": Term("number of non-trigger queries, V − K", REGIMES_COST),
+    "sink_closed": Term("the sink's cost from the closed form", REGIMES_COST),
+    "sink_exact": Term("the sink's cost from the exact convex program", REGIMES_COST),
+    "diagonal_closed": Term("the diagonal's cost from the closed form", REGIMES_COST),
+    "diagonal_exact": Term("the diagonal's cost from the exact convex program", REGIMES_COST),
+    "cheaper_closed": Term("the cheaper pattern by the closed forms (tie: within 1e-4 relative)", REGIMES_COST),
+    "cheaper_exact": Term("the cheaper pattern by the exact programs", REGIMES_COST),
 }
 
 
