@@ -356,6 +356,28 @@ def test_a_sweep_rerun_recomputes_cells_whose_corpus_or_model_changed(own_tiny, 
     assert capsys.readouterr().err.count("finished before, skipped") == 2
 
 
+def test_a_sweep_rerun_with_the_epsilons_reordered_reuses_its_cells(own_tiny, tmp_path, capsys):
+    """Item 16: `--epsilons` in another order is the same sweep: every cell is reused and each row keeps its ε's own
+    rate (the table equals the first run's, row for row by ε); another set of ε is still refused."""
+    import pandas as pd
+
+    model, corpus = own_tiny
+    out = tmp_path / "sw"
+    args = ["sweep", "--models", str(model), "--corpora", str(corpus), "--seq-lens", "8", "--max-windows", "4",
+            "--batch-size", "2", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main([*args, "--epsilons", "0.34,0.3,0.36"]) == 0
+    first = pd.read_parquet(out / "sweep.parquet").sort_values("epsilon").reset_index(drop=True)
+    assert first["sink_rate"].nunique() == 3  # three ε, three rates: a swap would show
+    capsys.readouterr()
+    assert main([*args, "--epsilons", "0.36,0.34,0.3"]) == 0
+    assert "finished before, skipped" in capsys.readouterr().err
+    again = pd.read_parquet(out / "sweep.parquet")
+    assert again["epsilon"].tolist() == [0.36, 0.34, 0.3]  # listed in the order asked for
+    pd.testing.assert_frame_equal(again.sort_values("epsilon").reset_index(drop=True), first)
+    for epsilons in ("0.34,0.3", "0.34,0.3,0.36,0.5"):
+        assert "was computed with other settings (epsilons)" in one_error(capsys, [*args, "--epsilons", epsilons])
+
+
 def test_a_train_bb_grid_reuses_a_run_only_when_trained_with_the_same_configuration(tmp_path, capsys, no_bb_page):
     tiny_bb = two.TINY_BB
     out, grid = tmp_path / "g", tmp_path / "grid.json"

@@ -144,14 +144,25 @@ def finished_cell(directory: Path, settings: dict, content: dict | None = None) 
     cell computed with other settings is refused, one whose model or corpus changed since is not finished."""
     if not (directory / "run.json").is_file():
         return False
-    saved = dict(_saved_settings(directory) or {})
+    saved = _same_epsilons(dict(_saved_settings(directory) or {}))
     saved_content = saved.pop("content", None)
+    settings = _same_epsilons(settings)
     if saved != settings:
         changed = sorted(k for k in settings if saved.get(k) != settings[k])
         raise SinkscopeError(
             f"{directory} was computed with other settings ({', '.join(changed)}); use another --out or delete it"
         )
     return content is None or saved_content == content
+
+
+def _same_epsilons(settings: dict) -> dict:
+    """`settings` with its ε list as what a cell's numbers depend on: the set of ε (each has its own count, listed
+    by value) and the ε of the cell's own tables (`SweepConfig.table_epsilon`), so `--epsilons` in another order
+    reuses the cell."""
+    epsilons = settings.get("epsilons")
+    if not isinstance(epsilons, list) or not epsilons:
+        return settings
+    return {**settings, "epsilons": [0.3 if 0.3 in epsilons else epsilons[0], sorted(epsilons, key=str)]}
 
 
 def cell_content(model: str, corpus: str) -> dict:
