@@ -8,7 +8,7 @@ issue names (capture/, functional/, statistics/, reproduction/, pipelines/query_
 
     .venv/bin/python benchmarks/mutmut_sample.py                      # every mutant (hours on 2 cores)
     .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40        # 40 seeded random mutants of each unit
-    .venv/bin/python benchmarks/mutmut_sample.py --units stats --per-unit 60 --seed 1
+    .venv/bin/python benchmarks/mutmut_sample.py --units functional --per-unit 60 --seed 1
     .venv/bin/python benchmarks/mutmut_sample.py --report-only        # summarise the results mutmut has stored
 
 The summary counts `killed`, `survived`, `no tests` (no fast-tier test calls the function), `timeout` (counted as
