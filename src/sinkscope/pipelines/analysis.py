@@ -26,6 +26,7 @@ from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.checkpoint import checkpoint_order, load_checkpoint, save_checkpoint
 from sinkscope.pipelines.linear_layers import mark_linear_layers
 from sinkscope.pipelines.run import Run
+from sinkscope.pipelines.time_estimate import time_estimate
 from sinkscope.provenance import package_versions
 from sinkscope.statistics.bos_geometry import BosGeometry
 from sinkscope.statistics.certificates import HalfSpaceCertificates
@@ -142,7 +143,9 @@ def analyze(
     started = time.perf_counter()
     analysed, saved, digest = 0, feed.windows, hashlib.sha256()  # digest: token ids of this rank's windows so far
     gate_readers = [s.on_gate for s in statistics if isinstance(s, OutputGates)]
-    with feed.hooks(lm), output_gate_hooks(lm, gate_readers):
+    left = None if total is None else max(1, total - skip // windows.batch_size)  # batches still to run
+    estimate = time_estimate(lm.layers, left, enabled=progress and rank == 0)  # said once, if a minute or more
+    with feed.hooks(lm), output_gate_hooks(lm, gate_readers), estimate:
         batches = windows.batches(shard=(rank, world))  # from the first: a resume checks the text it skips
         bar = tqdm(batches, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
