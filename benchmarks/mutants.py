@@ -118,7 +118,7 @@ MUTANTS = (
            "α_k divided by T-k+1"),
     Mutant(f"{STATS}/patterns.py", "later = (columns - diagonal)[..., 1 : T - 1]", "later = columns[..., 1 : T - 1]",
            "received_k includes self-attention"),
-    Mutant(f"{STATS}/patterns.py", "above = scores.unsqueeze(0) > epsilons", "above = scores.unsqueeze(0) >= epsilons",
+    Mutant(f"{STATS}/patterns.py", "above = scores > epsilons", "above = scores >= epsilons",
            "per-window sink rate counts α = ε (the boundary)"),
     Mutant(f"{STATS}/patterns.py", "above = torch.ones(Q, Q, dtype=torch.bool, device=probs.device).triu(1)",
            "above = torch.ones(Q, Q, dtype=torch.bool, device=probs.device).triu(2)",

@@ -82,11 +82,12 @@ def received_from_columns(columns: Tensor, diagonal: Tensor) -> Tensor:
     return later / count_down(T - 2, columns.dtype, str(columns.device))
 
 
-def exceed_counts(scores: Tensor, epsilons: Tensor) -> Tensor:
+def exceed_counts(scores: Tensor, epsilons: Tensor, dim: int = 0) -> Tensor:
     """How many windows have a score above each threshold: `Σ_w [scores[w] > ε_e]`, the numerator of Gu et al.'s
-    per-window sink rate (SPEC §2). `scores` (W, ...), `epsilons` (E,) → (E, ...) float64 counts."""
-    above = scores.unsqueeze(0) > epsilons.view(-1, *([1] * scores.dim())).to(scores)
-    return above.sum(1, dtype=torch.float64)
+    per-window sink rate (SPEC §2). `scores` (W, ...) (windows on axis `dim`), `epsilons` (E,) → (E, ...) float64
+    counts (the windows' axis summed out)."""
+    above = scores > epsilons.view(-1, *([1] * scores.dim())).to(scores)  # (E, *scores.shape) by broadcasting
+    return above.sum(dim + 1 if dim >= 0 else dim, dtype=torch.float64)
 
 
 def diag_score(attn: Tensor, query_mask: Tensor | None = None) -> Tensor:

@@ -12,8 +12,9 @@ Per layer (`layers` table): `massive_max` = max_{t,c} |h[t,c]|, its `massive_pos
 is at BOS). The extra table `massive_activations`: the `TOP` channels of each layer by their largest |h|, with
 value, position and BOS's |h| in that channel.
 
-Cost per layer and batch: six kernels on (B, T, d) (abs, two max reductions, log2, clamp, a histogram) and the
-state updates on (d,) and (bins,), about 27 kernel launches in all (benchmarks/launch_budget.py); no host read.
+Cost per layer and batch: six kernels on (B, T, d) (abs, two max reductions, log2, clamp, a histogram), about a
+dozen dispatched operations; the small results (d,) and (bins,) are kept until `end_batch`, which stacks them over
+the layers and updates the states once per batch (benchmarks/launch_budget.py counts them); no host read.
 """
 
 from __future__ import annotations
@@ -81,16 +82,29 @@ class MassiveActivations(Statistic):
         self.bos = self.add_state("bos", Max((n_layers, d_model), device))
         self.rest = self.add_state("rest", ArgMax((n_layers, d_model), device))
         self.histogram = self.add_state("histogram", Sum((n_layers, BINS), device))
+        self._batch: dict[int, list[Tensor]] = {}  # layer -> BOS max, histogram[, max over t ≥ 1, its flat index]
+        self._rest_positions = 0  # T − 1 of this batch
 
     def on_layer_input(self, layer: int, h: Tensor, z: Tensor) -> None:
-        magnitude = h.detach().abs().float()  # (B, T, d)
+        magnitude = h.abs().float()  # (B, T, d)
         B, T, d = magnitude.shape
-        self.bos.add(magnitude[:, 0].amax(0), (layer,))
-        if T > 1:
-            value, flat = magnitude[:, 1:].reshape(B * (T - 1), d).max(0)  # flat = b·(T−1) + (t − 1)
-            self.rest.add(value, flat % (T - 1) + 1, (layer,))
         logs = magnitude.log2().clamp_(LOG2_RANGE[0], LOG2_RANGE[1] - 1e-3)
-        self.histogram.add(torch.histc(logs, BINS, *LOG2_RANGE), (layer,))
+        self._batch[layer] = [magnitude[:, 0].amax(0), torch.histc(logs, BINS, *LOG2_RANGE)]
+        if T > 1:  # the largest |h| over t ≥ 1 and its flat index b·(T−1) + (t − 1)
+            self._batch[layer] += magnitude[:, 1:].reshape(B * (T - 1), d).max(0)
+        self._rest_positions = T - 1
+
+    def end_batch(self, batch_size: int) -> None:
+        if not self._batch:
+            return
+        layers, parts = tuple(self._batch), list(self._batch.values())
+        self._batch.clear()
+        device = parts[0][0].device  # layers may sit on other devices (--device-map auto)
+        stacked = [torch.stack([part[i].to(device) for part in parts]) for i in range(len(parts[0]))]  # (L', ·)
+        self.bos.add(stacked[0], (layers,))
+        self.histogram.add(stacked[1], (layers,))
+        if len(stacked) == 4:
+            self.rest.add(stacked[2], stacked[3] % self._rest_positions + 1, (layers,))
 
     def compute(self, windows: int) -> Tables:
         bos, rest = self.bos.value.cpu().numpy(), self.rest.value.cpu().numpy()

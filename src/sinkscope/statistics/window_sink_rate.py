@@ -27,8 +27,8 @@ class WindowSinkRate(Statistic):
         self.exceed = self.add_state("exceed", Sum((len(epsilons), n_layers, n_heads, seq_len), device))
 
     def on_columns(self, layer: int, columns: Columns) -> None:
-        scores = key_scores_from_columns(columns.columns).movedim(-3, 0)  # (B, ..., H, T): α^w_{l,h,k}
-        self.exceed.add(exceed_counts(scores, self._thresholds.to(scores.device)), (slice(None), layer))
+        scores = key_scores_from_columns(columns.columns)  # (..., B, H, T): α^w_{l,h,k}
+        self.exceed.add(exceed_counts(scores, self._thresholds.to(scores.device), dim=-3), (slice(None), layer))
 
     def compute(self, windows: int) -> Tables:
         rates = self.exceed.value.cpu() / windows  # (E, L, H, T): mean_w [α^w > ε_e]
