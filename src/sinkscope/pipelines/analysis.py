@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from sinkscope.capture.attention import attention_precision
 from sinkscope.capture.feed import Feed
 from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
@@ -48,7 +49,8 @@ class AnalyzeConfig:
     hard-pattern threshold; `tau`: switch threshold; `geometry_cap`: attention inputs sampled per layer for the
     half-space certificates; `seed`: that sample's seed; `epsilons`: more sink-rate thresholds counted in the
     same pass (summary `sink_rates`), so an ε sweep needs one pass and no per-window storage. `diagonal`,
-    `previous`, `dense`, `learned_sink` (None: ε): the head-class thresholds (`head_thresholds`)."""
+    `previous`, `dense`, `learned_sink` (None: ε): the head-class thresholds (`head_thresholds`);
+    `attention_precision`: the flex path's (CUDA) "exact" (float32) or "model" (the model's dtype; `capture.flex`)."""
 
     epsilon: float = 0.3
     delta: float = 0.1
@@ -60,6 +62,7 @@ class AnalyzeConfig:
     previous: float = HeadThresholds.previous
     dense: float = HeadThresholds.dense
     learned_sink: float | None = None
+    attention_precision: str = "exact"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilons", tuple(float(e) for e in self.epsilons))
@@ -74,6 +77,8 @@ class AnalyzeConfig:
                             ("--dense-threshold", self.dense), ("--learned-sink-threshold", self.learned_sink)]:
             if value is not None and not 0 <= value <= 1:
                 raise SinkscopeError(f"{flag} {value} must lie between 0 and 1 (a share of attention or entropy)")
+        if self.attention_precision not in ("exact", "model"):
+            raise SinkscopeError(f"--attention-precision {self.attention_precision!r} must be exact or model")
 
     @property
     def head_thresholds(self) -> HeadThresholds:
@@ -145,7 +150,7 @@ def analyze(
     gate_readers = [s.on_gate for s in statistics if isinstance(s, OutputGates)]
     left = None if total is None else max(1, total - skip // windows.batch_size)  # batches still to run
     estimate = time_estimate(lm.layers, left, enabled=progress and rank == 0)  # said once, if a minute or more
-    with feed.hooks(lm), output_gate_hooks(lm, gate_readers), estimate:
+    with feed.hooks(lm), output_gate_hooks(lm, gate_readers), attention_precision(config.attention_precision), estimate:
         batches = windows.batches(shard=(rank, world))  # from the first: a resume checks the text it skips
         bar = tqdm(batches, total=total, desc="analyze", unit="batch", disable=not progress or rank != 0)
         for batch in bar:
