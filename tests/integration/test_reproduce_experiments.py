@@ -5,9 +5,11 @@ quantities against `pipelines.switch_assumptions` (eager float64 maps, its own v
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from sinkscope.pipelines.dense_attention import DenseConfig, head_cosines
 from sinkscope.pipelines.switch_assumptions import SwitchConfig, measure
 from sinkscope.reproduction.experiment_sections import assumption_evidence, eviction_losses
 from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
@@ -54,3 +56,13 @@ def test_assumption_evidence_matches_the_eager_switch_counts_per_layer_and_windo
     np.testing.assert_array_equal(got["rank"].ravel(), cells["context_rank"])
     np.testing.assert_allclose(got["distance"].ravel(), cells["span_distance"], atol=1e-5)
     assert int(got["n_contexts"]) == 11 and int(got["width"]) == 32
+
+
+def test_dense_cosines_of_chosen_layers_equal_those_of_the_full_pass():
+    """`reproduce --quick` measures every 6th layer: the layers chosen give the rows the full pass gives them."""
+    lm = _llama()
+    ids = _windows(2, 10, 2)
+    full = head_cosines(lm, [ids], DenseConfig(lambdas=(1.0,)))
+    part = head_cosines(lm, [ids], DenseConfig(lambdas=(1.0,)), layers=[1])
+    assert set(part["layer"]) == {1} and len(part) == 2 * 2 * (4 + 1)  # windows × λ ∈ {0, 1} × (heads + layer)
+    pd.testing.assert_frame_equal(part.reset_index(drop=True), full[full["layer"] == 1].reset_index(drop=True))

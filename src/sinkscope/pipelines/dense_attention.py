@@ -142,9 +142,11 @@ def check_uniform_reach(lm: LoadedModel, seq_len: int) -> None:
 
 
 @torch.no_grad()
-def head_cosines(lm: LoadedModel, batches: Sequence[Tensor], config: DenseConfig) -> pd.DataFrame:
+def head_cosines(lm: LoadedModel, batches: Sequence[Tensor], config: DenseConfig,
+                 layers: Sequence[int] | None = None) -> pd.DataFrame:  # fmt: skip
     """Per (window, layer, head, λ): `cos` of the residual leaving the layer (λ = 0: the model's own); head −1
-    mixes every head of the layer. One base pass per batch, then one single-layer re-run per (layer, head, λ)."""
+    mixes every head of the layer. One base pass per batch, then one single-layer re-run per (layer, head, λ), for
+    every layer or those of `layers`."""
     L, H = len(lm.layers), lm.layout.n_heads
     rows, start = [], 0
     for ids in batches:
@@ -152,7 +154,7 @@ def head_cosines(lm: LoadedModel, batches: Sequence[Tensor], config: DenseConfig
         check_uniform_reach(lm, ids.shape[1])
         with recorded_layer_calls(lm) as calls:
             lm.base(input_ids=ids, use_cache=False)
-        for layer in range(L):
+        for layer in range(L) if layers is None else layers:
             base = context_cosine(rerun_layer(lm, layer, calls[layer]))
             for head in [*range(H), -1]:
                 heads = [(layer, h) for h in range(H)] if head < 0 else [(layer, head)]

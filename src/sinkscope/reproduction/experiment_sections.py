@@ -34,8 +34,15 @@ if TYPE_CHECKING:
 
 
 def eviction_shape(config: ReproduceConfig) -> tuple[int, int]:
-    """(T, w) of the eviction windows: twice the analysis length, a recent window of a quarter of it."""
-    return 2 * config.seq_len, max(config.seq_len // 4, 1)
+    """(T, w) of the eviction windows: twice the analysis length (`--quick`: once), a recent window of a quarter of
+    the analysis length."""
+    return (1 if config.quick else 2) * config.seq_len, max(config.seq_len // 4, 1)
+
+
+def experiment_windows(config: ReproduceConfig) -> int:
+    """Windows of the per-window experiments (head classes, switch assumptions): `windows`, or under `--quick` the
+    ablation windows (too few for a verdict, as the ablations)."""
+    return config.ablation_windows if config.quick else config.windows
 
 
 def eviction_losses(lm: LoadedModel, batches, window: int, seed: int) -> dict[str, np.ndarray]:
@@ -84,18 +91,22 @@ def eviction_section(name: str, config: ReproduceConfig, out: Path) -> Section:
 
 
 def dense_section(name: str, config: ReproduceConfig, out: Path) -> Section:
-    """Uniform attention (λ = 1) per head and per layer on `ablation_windows` windows of the first corpus, read
-    back as the per-window cosines (`dense_cosines.parquet`: window, layer, head (−1: the layer), lam, cos)."""
+    """Uniform attention (λ = 1) per head and per layer on `ablation_windows` windows of the first corpus, in every
+    `smoothing_layer_stride`-th layer (every layer at the default 1), read back as the per-window cosines
+    (`dense_cosines.parquet`: window, layer, head (−1: the layer), lam, cos)."""
     c = config
+    stride = c.smoothing_layer_stride
     key = {"section": "dense", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
-           "windows": c.ablation_windows, "lambdas": [1.0], "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
+           "windows": c.ablation_windows, "lambdas": [1.0], "seed": c.seed, "dtype": c.dtype, "version": 1,
+           **({"layer_stride": stride} if stride != 1 else {})}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
         from sinkscope.pipelines.dense_attention import DenseConfig, head_cosines
 
         batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
-        frame = head_cosines(lm, batches, DenseConfig(lambdas=(1.0,), loss_lambdas=(1.0,)))
+        layers = range(0, len(lm.layers), stride)
+        frame = head_cosines(lm, batches, DenseConfig(lambdas=(1.0,), loss_lambdas=(1.0,)), layers)
         with swapped_directory(target) as staging:
             frame.to_parquet(staging / "dense_cosines.parquet", index=False)
 
@@ -105,21 +116,22 @@ def dense_section(name: str, config: ReproduceConfig, out: Path) -> Section:
 
 
 def prevalence_section(name: str, config: ReproduceConfig, out: Path) -> Section:
-    """Head classes per window (ε = 0.3) on `windows` windows of the first corpus (`prevalence_windows.parquet`)."""
-    c = config
+    """Head classes per window (ε = 0.3) on `experiment_windows` windows of the first corpus
+    (`prevalence_windows.parquet`)."""
+    c, n_windows = config, experiment_windows(config)
     key = {"section": "prevalence", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
-           "windows": c.windows, "epsilon": 0.3, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
+           "windows": n_windows, "epsilon": 0.3, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
         from sinkscope.pipelines.prevalence import classify, window_scores
 
-        frame = window_scores(lm, windows(c.corpora[0], lm.tokenizer, c.seq_len, c.windows, seed=c.seed))
+        frame = window_scores(lm, windows(c.corpora[0], lm.tokenizer, c.seq_len, n_windows, seed=c.seed))
         frame["class"] = classify(frame, 0.3)
         with swapped_directory(target) as staging:
             frame.to_parquet(staging / "prevalence_windows.parquet", index=False)
 
-    label = f"head classes per window ({c.windows} windows)"
+    label = f"head classes per window ({n_windows} windows)"
     return Section(label, model_directory(out, name) / "prevalence", key, compute,
                    partial(read_table, name="prevalence_windows.parquet"))  # fmt: skip
 
@@ -184,19 +196,20 @@ def assumption_evidence(lm: LoadedModel, batches, tau: float = 0.1, delta: float
 
 
 def assumptions_section(name: str, config: ReproduceConfig, out: Path) -> Section:
-    """`assumption_evidence` on `windows` windows of the first corpus (the windows of its switch section)."""
-    c = config
+    """`assumption_evidence` on `experiment_windows` windows of the first corpus (the windows of its switch section
+    but under `--quick`)."""
+    c, n_windows = config, experiment_windows(config)
     key = {"section": "switch-assumptions", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
-           "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
+           "windows": n_windows, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
 
-        arrays = assumption_evidence(lm, list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.windows, seed=c.seed)))
+        arrays = assumption_evidence(lm, list(windows(c.corpora[0], lm.tokenizer, c.seq_len, n_windows, seed=c.seed)))
         with swapped_directory(target) as staging:
             np.savez(staging / "assumptions.npz", **arrays)
 
-    label = f"switch assumptions per layer and window ({c.windows} windows)"
+    label = f"switch assumptions per layer and window ({n_windows} windows)"
     return Section(label, model_directory(out, name) / "switch-assumptions", key, compute,
                    partial(read_arrays, name="assumptions.npz"))  # fmt: skip
 
