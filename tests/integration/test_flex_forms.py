@@ -21,6 +21,15 @@ from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 from .test_capture_families import COMMON, token_windows
 
 
+@pytest.fixture(autouse=True)
+def eager_flex_without_tracing(monkeypatch):
+    """Eager flex_attention (the CPU) runs the same math without first tracing each new `score_mod` and shape with
+    dynamo (about 2 s each, most of these tests' time otherwise)."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    monkeypatch.setattr(flex_module, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", True, raising=False)
+
+
 def float64_rows(q, k, v, scale, *, softcap=None, mask=None, sinks=None) -> dict[str, torch.Tensor]:
     """Every `AttentionReadout` field, the output and the learned sink's mass from float64 maps: logits
     `S = s q·k` (`c·tanh(S/c)` under a softcap), keys `j ≤ t` where `mask[b,0,t,j]`, softmax over them and the

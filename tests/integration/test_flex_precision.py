@@ -19,7 +19,7 @@ from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
 from .test_capture_families import token_windows
-from .test_flex_forms import float64_rows, inputs
+from .test_flex_forms import eager_flex_without_tracing, float64_rows, inputs  # noqa: F401 (an autouse fixture)
 
 # What "model" keeps of the output norms (docs/performance.md, Precision: ≤ 4.0e-3 measured, head_dim 64).
 MODEL_OUT_NORM_RTOL = 1e-2
