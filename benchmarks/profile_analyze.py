@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="time parts by the wall clock or by this process's CPU time (robust to other jobs)")
     parser.add_argument("--no-warmup", action="store_true", help="time the first pass (long T: the warm-up is dear)")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="keep only the model's first N layers (long T on a busy machine: the ratio is per layer)")
     args = parser.parse_args(argv)
     CLOCK["clock"] = time.process_time if args.clock == "cpu" else time.perf_counter
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -115,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
 
     instrument()
     lm = sinkscope.load_model(args.model)
+    if args.layers is not None:
+        from worker import keep_layers  # benchmarks/worker.py, beside this script
+
+        keep_layers(lm, args.layers)
+    if lm.max_positions is not None and args.seq_len > lm.max_positions:  # cost only (as worker.py --beyond-context):
+        import sinkscope.pipelines.analysis as analysis  # positions past the trained context mean nothing
+
+        analysis.check_seq_len = lambda lm, seq_len: None
+        print(f"T = {args.seq_len} is beyond the model's context of {lm.max_positions}: timing only")
     stream = sinkscope.windows(
         "builtin:prose", lm.tokenizer, args.seq_len, args.windows, batch_size=args.windows
     )
@@ -143,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     H = lm.layout.n_heads
     print(
         f"{args.model}, T={args.seq_len}, {len(ids)} windows, batch {args.batch}, {args.threads} threads, "
-        f"{args.clock} clock; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end; "
+        f"{len(lm.layers)} layers, {args.clock} clock; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end; "
         f"{block_rows(args.batch, H, args.seq_len)} query rows per block"
     )
     print(
