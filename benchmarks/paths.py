@@ -14,6 +14,11 @@ Methods (SmolLM2 by default, float32, `AnalyzeConfig(geometry_cap=0)`):
 "others' CPU" is the share of all cores that other processes used during the rounds (from /proc/stat).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/paths.py --seq-len 1024 --windows 2 --batch 2 --threads 1
+
+Several lengths in one process (`--seq-len 1024,4096,16384`, `--windows`/`--batch` one value or one per length):
+each round then runs every length's methods back to back. `--layers N` keeps the model's first N layers (the
+ratio is per layer; long T on a busy machine), lengths beyond the model's context are timed only (their
+statistics mean nothing), `--no-warmup` skips the warm-up pass (dear at long T; the median over rounds remains).
 """
 
 from __future__ import annotations
@@ -59,9 +64,11 @@ def variant(method: str):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--seq-len", type=int, default=1024)
-    parser.add_argument("--windows", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq-len", default="1024", help="window length(s) T, comma-separated")
+    parser.add_argument("--windows", default="2", help="windows per pass: one value or one per length")
+    parser.add_argument("--batch", default="2", help="batch size: one value or one per length")
+    parser.add_argument("--layers", type=int, default=None, help="keep only the model's first N layers")
+    parser.add_argument("--no-warmup", action="store_true", help="no warm-up pass")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -71,52 +78,64 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     import sinkscope
+    import sinkscope.pipelines.analysis as analysis
     from sinkscope.corpus.windows import TokenWindows
     from sinkscope.pipelines.analysis import AnalyzeConfig, analyze
 
     lm = sinkscope.load_model(args.model)
-    stream = sinkscope.windows("builtin:prose", lm.tokenizer, args.seq_len, args.windows, batch_size=args.windows)
-    ids = torch.cat(list(stream))
+    if args.layers is not None:
+        from worker import keep_layers  # benchmarks/worker.py, beside this script
+
+        keep_layers(lm, args.layers)
+    analysis.check_seq_len = lambda lm, seq_len: None  # timing only beyond the context (see the module doc)
+    lengths = [int(t) for t in args.seq_len.split(",")]
+    per_length = lambda text: [int(x) for x in text.split(",")] * (len(lengths) if "," not in text else 1)  # noqa: E731
+    ids = {T: torch.cat(list(sinkscope.windows("builtin:prose", lm.tokenizer, T, w, batch_size=w)))
+           for T, w in zip(lengths, per_length(args.windows), strict=True)}  # fmt: skip
+    batches = dict(zip(lengths, per_length(args.batch), strict=True))
     config = AnalyzeConfig(geometry_cap=0)
     methods = args.methods.split(",")
 
-    def run(method: str) -> None:
+    def run(T: int, method: str) -> None:
         if method == "floor":
-            for batch in ids.split(args.batch):
+            for batch in ids[T].split(batches[T]):
                 lm.base(input_ids=batch, use_cache=False)
         else:
             with variant(method):
-                analyze(lm, TokenWindows(ids, batch_size=args.batch), config, progress=False)
+                analyze(lm, TokenWindows(ids[T], batch_size=batches[T]), config, progress=False)
 
-    for method in methods:  # warm-up
-        run(method)
-    wall: dict[str, list[float]] = {m: [] for m in methods}
-    cpu: dict[str, list[float]] = {m: [] for m in methods}
+    cells = [(T, m) for T in lengths for m in methods]
+    for T, method in cells * (not args.no_warmup):
+        run(T, method)
+    wall: dict[tuple, list[float]] = {c: [] for c in cells}
+    cpu: dict[tuple, list[float]] = {c: [] for c in cells}
     busy0, total0 = cpu_ticks()
     own0 = time.process_time()
     for _ in range(args.rounds):
-        for method in methods:
+        for cell in cells:
             started, started_cpu = time.perf_counter(), time.process_time()
-            run(method)
-            wall[method].append(time.perf_counter() - started)
-            cpu[method].append(time.process_time() - started_cpu)
+            run(*cell)
+            wall[cell].append(time.perf_counter() - started)
+            cpu[cell].append(time.process_time() - started_cpu)
     busy1, total1 = cpu_ticks()
     ticks = os.sysconf("SC_CLK_TCK")
     others = max(0.0, (busy1 - busy0) / ticks - (time.process_time() - own0)) / ((total1 - total0) / ticks)
-    tokens = ids.numel()
-    print(f"{args.model}, T={args.seq_len}, {len(ids)} windows, batch {args.batch}, {args.threads} threads, "
-          f"{args.rounds} rounds; others' CPU {others:.0%} of all cores")
+    print(f"{args.model}, {len(lm.layers)} layers, {args.threads} threads, {args.rounds} rounds; others' CPU "
+          f"{others:.0%} of all cores; load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     rows = []
-    for method in methods:
-        ratio_wall = statistics.median(f / m for f, m in zip(wall["floor"], wall[method], strict=True))
-        ratio_cpu = statistics.median(f / m for f, m in zip(cpu["floor"], cpu[method], strict=True))
-        seconds = statistics.median(wall[method])
-        rows.append({"method": method, "seconds": seconds, "tokens_per_s": tokens / seconds,
-                     "x_floor_wall": ratio_wall, "x_floor_cpu": ratio_cpu})
-        print(f"  {method:11s} {seconds:8.2f} s  {tokens / seconds:7.0f} tok/s  {ratio_wall:5.2f}× floor (wall)  "
-              f"{ratio_cpu:5.2f}× floor (CPU time)")
+    for T, method in cells:
+        floor, own = (T, "floor"), (T, method)
+        ratio_wall = statistics.median(f / m for f, m in zip(wall[floor], wall[own], strict=True))
+        ratio_cpu = statistics.median(f / m for f, m in zip(cpu[floor], cpu[own], strict=True))
+        seconds, tokens = statistics.median(wall[own]), ids[T].numel()
+        rows.append({"seq_len": T, "method": method, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                     "x_floor_wall": ratio_wall, "x_floor_cpu": ratio_cpu,
+                     "cpu_seconds": statistics.median(cpu[own])})  # fmt: skip
+        print(f"  T={T:<6d} {len(ids[T])} × batch {batches[T]}  {method:11s} {seconds:8.2f} s  {tokens / seconds:7.0f} "
+              f"tok/s  {ratio_wall:5.2f}× floor (wall)  {ratio_cpu:5.2f}× floor (CPU time)")  # fmt: skip
     if args.out:
-        record = vars(args) | {"others_cpu": others, "rows": rows, "wall": wall, "cpu": cpu,
+        record = vars(args) | {"others_cpu": others, "rows": rows, "wall": {f"{T} {m}": v for (T, m), v in wall.items()},
+                               "cpu": {f"{T} {m}": v for (T, m), v in cpu.items()},
                                "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
         with open(args.out, "a") as f:
             f.write(json.dumps(record) + "\n")
