@@ -41,6 +41,17 @@ def test_sink_in_use_reads_the_sink_against_the_control_token():
     assert few.verdict == NM and few.reason.startswith("too few windows: 4")
 
 
+def test_sink_in_use_interval_is_a_bootstrap_over_windows():
+    """The effect's 95 % interval resamples windows: its width is close to the normal one, 2 · 1.96 · sd / √W."""
+    data = losses(W=40)
+    data["sink"] = data["sink"] + np.random.default_rng(5).normal(0, 0.3, size=40)
+    interval = sink_in_use_verdict(M, data).interval
+    per_window = data["recent"] - data["sink"]
+    normal = 2 * 1.96 * per_window.std(ddof=1) / np.sqrt(40)
+    assert interval["low"] < per_window.mean() < interval["high"] and interval["n"] == 40
+    assert 0.7 < (interval["high"] - interval["low"]) / normal < 1.3
+
+
 def cosines(rise_heads, rise_layers, W=8):
     """Per-window cosines: λ = 0 at 0.5, λ = 1 at 0.5 + rise (per head (L, H), per layer (L,)), small noise."""
     rng = np.random.default_rng(1)
