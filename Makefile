@@ -61,7 +61,7 @@ mutants: $(STAMP)
 
 # mutmut ([tool.mutmut] in pyproject.toml) over capture/, functional/, statistics/, reproduction/, pipelines/query_ablation.py
 # and pipelines/analysis.py: each mutant against the fast-tier tests that call its function; one worker, nice 10. Every
-# mutant takes hours on 2 cores: PER_UNIT=40 runs 40 seeded mutants of each unit. Not part of `make test`
+# mutant (about 15,000) takes days on 2 cores: PER_UNIT=40 runs 40 seeded mutants of each unit. Not part of `make test`
 # (docs/testing.md, "Mutation tool").
 mutants-full: $(STAMP)
 	mkdir -p runs && HF_HUB_OFFLINE=1 $(PY) benchmarks/mutmut_sample.py --per-unit $(or $(PER_UNIT),0) --json runs/mutmut.json
