@@ -171,3 +171,34 @@ def test_a_long_run_keeps_a_bounded_number_of_adds():
         total.add(torch.ones(()), (i % 3,))
         assert len(total._pending) < KEEP
     assert total.value.tolist() == [float(len(range(r, KEEP * 2 + 5, 3))) for r in range(3)]
+
+
+def test_kept_keyed_adds_equal_immediate_folds():
+    """`KeyedSum` keeps its adds (the key-token table's one per batch) and folds them in together on a read or
+    after `KEEP_KEYED`; the tables equal a per-key loop over every add (repeated and new keys), a merge folds the
+    other state at once (a later change to it does not leak in), and `load` drops what was kept."""
+    from sinkscope.statistics.state import KEEP_KEYED, KeyedSum
+
+    g = torch.Generator().manual_seed(0)
+    table, expected = KeyedSum({"n": (), "s": (2,)}), {}
+    for i in range(KEEP_KEYED + 3):
+        keys = torch.randint(0, 6 + i, (5,), generator=g)
+        values = torch.randn(5, 2, generator=g, dtype=torch.float64)
+        table.add(keys, {"n": torch.ones(5), "s": values})
+        assert len(table._pending) < KEEP_KEYED
+        for key, row in zip(keys.tolist(), values, strict=True):
+            n, s = expected.get(key, (0.0, torch.zeros(2, dtype=torch.float64)))
+            expected[key] = (n + 1, s + row)
+    assert table._pending, "no add was kept"
+    assert table.keys.tolist() == sorted(expected) and not table._pending
+    assert table.values["n"].tolist() == [expected[k][0] for k in sorted(expected)]
+    torch.testing.assert_close(table.values["s"], torch.stack([expected[k][1] for k in sorted(expected)]))
+    other = KeyedSum({"n": (), "s": (2,)})
+    other.add(torch.tensor([100]), {"n": torch.ones(1), "s": torch.ones(1, 2)})
+    table.merge(other)
+    other.add(torch.tensor([100]), {"n": torch.ones(1), "s": torch.ones(1, 2)})
+    other.flush()
+    assert table.keys[-1] == 100 and table.values["n"][-1] == 1
+    table.add(torch.tensor([1]), {"n": torch.ones(1), "s": torch.ones(1, 2)})
+    table.load(other.tensors())
+    assert table.keys.tolist() == [100] and table.values["n"].tolist() == [2.0]

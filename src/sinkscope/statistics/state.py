@@ -193,8 +193,7 @@ class KeyedSum(State):
         self._values = {name: torch.zeros(0, *shape, dtype=torch.float64, device=device) for name, shape in shapes.items()}
 
     @property
-    def keys(self) -> Tensor:
-        """The keys seen, sorted and unique, with every kept `add` folded in."""
+    def keys(self) -> Tensor:  # sorted, unique, with every kept `add` folded in
         self.flush()
         return self._keys
 
@@ -212,11 +211,10 @@ class KeyedSum(State):
 
     def flush(self) -> None:
         """Fold in the kept adds: their keys and values concatenated, one `_fold`."""
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        keys = torch.cat([keys.to(self._keys.device) for keys, _ in pending])
-        self._fold(keys, {name: torch.cat([values[name].to(self._keys.device) for _, values in pending]) for name in pending[0][1]})
+        pending, self._pending, device = self._pending, [], self._keys.device
+        if pending:
+            self._fold(torch.cat([keys.to(device) for keys, _ in pending]),
+                       {name: torch.cat([values[name].to(device) for _, values in pending]) for name in pending[0][1]})
 
     def _fold(self, keys: Tensor, values: dict[str, Tensor]) -> None:
         keys = keys.to(self._keys.device, torch.long)
@@ -240,8 +238,9 @@ class KeyedSum(State):
         self._keys = tensors["keys"].to(self._keys.device, torch.long)
         self._values = {name: tensors[name].to(self._keys.device, torch.float64) for name in self.shapes}
 
-    def merge(self, other: State) -> None:
-        self.add(other.keys, other.values)
+    def merge(self, other: State) -> None:  # at once: the other state's tables may change after this call
+        self.flush()
+        self._fold(other.keys, other.values)
 
     def fresh(self) -> KeyedSum:
         return type(self)(self.shapes, self.device)
@@ -375,7 +374,8 @@ def _plain(index: tuple) -> bool:
 
 def _along(index: tuple, value: Tensor, shape: tuple[int, ...]) -> tuple[tuple[int, ...], Tensor, int] | None:
     """(rows, value with the rows' axis, d) for an index of d ≥ 1 full slices then a plain int or tuple of them."""
-    if not (isinstance(index, tuple) and len(index) >= 2 and all(_full(i) for i in index[:-1])):
+    full = lambda i: isinstance(i, slice) and i == slice(None)  # noqa: E731
+    if not (isinstance(index, tuple) and len(index) >= 2 and all(full(i) for i in index[:-1])):
         return None
     d, last = len(index) - 1, index[-1]
     rows = last if isinstance(last, tuple) else (last,)
@@ -383,10 +383,6 @@ def _along(index: tuple, value: Tensor, shape: tuple[int, ...]) -> tuple[tuple[i
         return None
     value = value if isinstance(last, tuple) else value.unsqueeze(d)
     return (rows, value, d) if tuple(value.shape) == shape[:d] + (len(rows),) + shape[d + 1 :] else None
-
-
-def _full(i: object) -> bool:
-    return isinstance(i, slice) and i == slice(None)
 
 
 @functools.cache
