@@ -109,9 +109,11 @@ def text_pieces(path: Path) -> Iterator[tuple[str, bool]]:
                 text = decoder.decode(data, final=not data)
                 judge.add(text)
                 buffer += text
-                while (cut := buffer.find("\n\n")) >= 0:
-                    yield from blocks.end(_replaced(buffer[:cut]))
-                    buffer = buffer[cut + 2 :]
+                start = 0
+                while (cut := buffer.find("\n\n", start)) >= 0:  # every whole block of this chunk
+                    yield from blocks.end(_replaced(buffer[start:cut]))
+                    start = cut + 2
+                buffer = buffer[start:]
                 if not data:
                     yield from blocks.end(_replaced(buffer))
                     return
