@@ -79,6 +79,8 @@ def test_dormant_heads_in_a_cheap_layer_are_no_cheaper_than_that_layers_other_he
     random = np.stack(table[table["selection"] == "random"]["window_delta"].tolist(), 1)
     pooled = dormant_heads_verdict(M, np.asarray(table["window_delta"][0]), random, random)
     assert pooled.verdict == S  # what the unmatched control alone would say
+    (stale,) = ablation_verdicts(M, "c", table[table["selection"] != LAYER_MATCHED], heads, seed=0)
+    assert stale.verdict == v.NOT_MEASURABLE and "0 layer-matched and 20 random draws" in stale.reason
 
 
 def _bootstrap_width(ratio_of, n_boot=1000, seed=9):

@@ -138,8 +138,13 @@ def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd
     extra = {"mode": "zero", "n_heads": int(row["n_heads"]), "heads": row["heads"], "base_loss": float(row["base_loss"]),
              "delta_selected_sem": float(row["delta_sem"]), "n_windows": int(row["n_windows"]),
              "dormant_frac_by_ahon_ln": dormant_curve(heads["ahon_ln"])}  # fmt: skip
-    verdict = dormant_heads_verdict(model, np.asarray(row["window_delta"], float), draws(LAYER_MATCHED),
-                                    draws("random"), extra, seed, fraction=float(row["fraction"]))  # fmt: skip
+    matched, random = draws(LAYER_MATCHED), draws("random")
+    if matched.shape != random.shape:  # a table from before the layer-matched control
+        return [Verdict("dormant_heads", model, NOT_MEASURABLE, extra, reason=f"the ablation table holds "
+                        f"{matched.shape[1]} layer-matched and {random.shape[1]} random draws: recompute its section",
+                        corpus=corpus)]  # fmt: skip
+    verdict = dormant_heads_verdict(model, np.asarray(row["window_delta"], float), matched, random, extra, seed,
+                                    fraction=float(row["fraction"]))  # fmt: skip
     return [replace(verdict, corpus=corpus)]
 
 
