@@ -13,6 +13,7 @@ from transformers import Gemma2Config, Gemma2ForCausalLM
 
 import sinkscope.capture.attention as attention
 from sinkscope.capture import flex
+from sinkscope.capture.flex_masks import flex_masks
 from sinkscope.corpus.windows import TokenWindows
 from sinkscope.models.families import attention_module, family_for
 from sinkscope.models.load import LoadedModel
@@ -207,3 +208,24 @@ def test_a_padded_forward_pass_on_cudas_routing_equals_eager_maps(name):
         entropy = (-plogp.sum(-1)[..., 1:] / torch.log(t[1:] + 1.0).double()).sum(-1)
         torch.testing.assert_close(got.entropy, entropy, atol=1e-5 * n, rtol=1e-5)
     assert (maps[0][1, :, :, -4:] == 0).all()  # the padding's keys were hidden
+
+
+def test_the_cuda_kernels_of_every_form_trace_into_whole_graphs(monkeypatch):
+    """What CUDA compiles for the new forms — a softcap `score_mod` in all three calls, call 3's entropy `score_mod`,
+    a padding mask's `mask_mod` reading a tensor — traces with fullgraph=True (a graph break would fail) under the
+    "aot_eager" backend, and equals the eager calls."""
+    monkeypatch.setattr(flex, "COMPILE_BACKEND", "aot_eager")
+    compiled = flex._kernels.__wrapped__("cuda")
+    eager = flex._kernels.__wrapped__("cpu")
+    q, k, v = inputs(2, 4, 2, 29, 16, 16, seed=7)
+    mask = padding_mask(2, 29)
+    causal, anti_causal, _ = flex_masks(29, q.device, None, mask, 2)
+    keys = k.repeat_interleave(2, 1)
+    results = []
+    for forward, log_column_sums, log_entropies in (compiled, eager):
+        out, lse = forward(q, k, v, 0.25, causal, 5.0)
+        norm = torch.logaddexp(lse, torch.tensor([-1.0, 0.0, 1.0, 2.0]).view(1, 4, 1))  # with learned sinks
+        results.append((out, lse, log_column_sums(keys, q, norm, 0.25, anti_causal, 5.0),
+                        log_entropies(q, k, lse, 0.25, causal, 5.0)))  # fmt: skip
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected)
