@@ -1,0 +1,30 @@
+"""Survivors of the sampled mutmut run over `pipelines/analysis.py` and `statistics/` (docs/testing.md, "Mutation
+tool")."""
+
+from __future__ import annotations
+
+import pytest
+
+from sinkscope.errors import SinkscopeError
+from sinkscope.pipelines.analysis import AnalyzeConfig
+from sinkscope.statistics.window_evidence import WindowEvidence
+
+
+def test_extra_epsilons_are_kept_as_a_tuple_of_floats():
+    """A list of thresholds (as a caller builds it) becomes a tuple of floats: the frozen config stays hashable."""
+    config = AnalyzeConfig(epsilons=[0.2, 0.4])
+    assert config.epsilons == (0.2, 0.4) and all(type(e) is float for e in config.epsilons)
+    assert hash(config) == hash(AnalyzeConfig(epsilons=(0.2, 0.4)))
+
+
+def test_window_evidence_checkpoint_names_each_tensor_after_its_array():
+    """A checkpoint's tensors are `"{array}.value"`, one per array the reproduction reads."""
+    evidence = WindowEvidence(n_layers=3, n_heads=4, group=2, seq_len=8, n_windows=2, tau=0.1)
+    names = set(evidence.arrays())
+    assert names == {"nonpos", "nonpos_control", "switch", "drain", "hard_sink", "mlp_like", "sink_column"}
+    assert set(evidence.state_dict()) == {f"{name}.value" for name in names}
+
+
+def test_a_negative_geometry_cap_is_refused_by_name():
+    with pytest.raises(SinkscopeError, match=r"^--geometry-cap -1 must be ≥ 0$"):
+        AnalyzeConfig(geometry_cap=-1)
