@@ -28,3 +28,13 @@ def test_window_evidence_checkpoint_names_each_tensor_after_its_array():
 def test_a_negative_geometry_cap_is_refused_by_name():
     with pytest.raises(SinkscopeError, match=r"^--geometry-cap -1 must be ≥ 0$"):
         AnalyzeConfig(geometry_cap=-1)
+
+
+@pytest.mark.parametrize(
+    "field, flag",
+    [("diagonal", "--diag-threshold"), ("previous", "--prev-threshold"), ("dense", "--dense-threshold"),
+     ("learned_sink", "--learned-sink-threshold")],
+)  # fmt: skip
+def test_a_head_class_threshold_outside_zero_one_is_refused_by_its_flag(field, flag):
+    with pytest.raises(SinkscopeError, match=rf"^{flag} 1.5 must lie between 0 and 1 \(a share of attention"):
+        AnalyzeConfig(**{field: 1.5})
