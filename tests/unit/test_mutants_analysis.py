@@ -3,10 +3,16 @@ tool")."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.pipelines.analysis import AnalyzeConfig
+from sinkscope.models.families import family_for
+from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.analysis import AnalyzeConfig, statistics_for
 from sinkscope.statistics.window_evidence import WindowEvidence
 
 
@@ -38,3 +44,32 @@ def test_a_negative_geometry_cap_is_refused_by_name():
 def test_a_head_class_threshold_outside_zero_one_is_refused_by_its_flag(field, flag):
     with pytest.raises(SinkscopeError, match=rf"^{flag} 1.5 must lie between 0 and 1 \(a share of attention"):
         AnalyzeConfig(**{field: 1.5})
+
+
+@pytest.mark.parametrize("field", ["diagonal", "previous", "dense", "learned_sink"])
+def test_head_class_thresholds_of_exactly_zero_and_one_are_accepted(field):
+    """The refusal reads "must lie between 0 and 1": both ends are allowed."""
+    for value in (0.0, 1.0):
+        assert getattr(AnalyzeConfig(**{field: value}), field) == value
+
+
+def test_every_statistic_keeps_its_sums_on_the_models_device():
+    """A model reported on the `meta` device: each statistic's dense sums are created there (on the CPU a dropped
+    device argument would be invisible)."""
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=101, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    lm = LoadedModel(
+        model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={}
+    )
+    on_meta = SimpleNamespace(layers=lm.layers, layout=lm.layout, tokenizer=None, family=lm.family, model=lm.model,
+                              device=torch.device("meta"))  # fmt: skip
+    devices = {
+        type(statistic).__name__: {state.value.device.type for state in statistic._states.values()
+                                   if isinstance(getattr(state, "value", None), torch.Tensor)}
+        for statistic in statistics_for(on_meta, 8, AnalyzeConfig())
+    }  # fmt: skip
+    dense = {name: found for name, found in devices.items() if found}
+    assert {"PatternScores", "SwitchCounts", "WindowSinkRate", "WindowSummary", "BosGeometry"} <= set(dense)
+    assert all(found == {"meta"} for found in dense.values()), dense
