@@ -1,0 +1,45 @@
+"""Survivors of a second sampled mutmut run over `reproduction/` (at commit 06acb52, with issue 31's round three;
+docs/testing.md, "Mutation tool"), each checked against a hand count written out here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sinkscope.reproduction.experiment_claims import best_min_conditional, prevalence_table
+from sinkscope.reproduction.geometry_claims import representability_verdict
+
+
+def test_a_layer_whose_bos_beats_exactly_the_threshold_share_of_controls_is_beyond_them():
+    """4 middle layers, H1 and H2 hold, BOS's γ₂/‖z‖ = 0.5 above 19 of 20 controls: 19/20 = 0.95 =
+    `beaten_control_frac` reaches it (≥), so every layer counts."""
+    controls = [0.1] * 19 + [0.9]
+    layers = [{"layer": layer, "n_contexts": 64, "h1": True, "h2": True, "gamma2_rel": 0.5,
+               "control_gamma2_rel": controls} for layer in range(4)]  # fmt: skip
+    verdict = representability_verdict("m", layers, width=16)
+    assert verdict.thresholds["beaten_control_frac"] == 0.95
+    assert (
+        verdict.evidence["layers_beyond_control"] == 1.0 and verdict.evidence["mean_controls_beaten"] == 0.95
+    )
+
+
+def test_best_min_conditional_is_the_best_tau_of_the_smaller_conditional():
+    """Cells (off∧sink, off∧no sink, on∧sink, on∧no sink) at three τ: P(sink | off), P(off | sink) = 5/10, 5/5;
+    8/10, 8/10; 9/10, 9/15 → smaller 0.5, 0.8, 0.6: best 0.8 at τ index 1. No switched-off query: NaN, −1."""
+    counts = np.array([[5, 5, 0, 10], [8, 2, 2, 8], [9, 1, 6, 4]], float)
+    assert best_min_conditional(counts) == (pytest.approx(0.8), 1)
+    value, index = best_min_conditional(np.array([[0, 0, 3, 7]], float))
+    assert math.isnan(value) and index == -1
+
+
+def test_prevalence_table_is_each_layers_mean_share_per_window():
+    """Window 0: layer 0 has 2 sink heads of 2, layer 1 one of 2; window 1: layer 0 one of 2, layer 1 none:
+    layer 0 sink share (1 + ½)/2 = ¾, layer 1 (½ + 0)/2 = ¼; the whole model (layer −1) (¾ + ¼)/2 = ½."""
+    rows = [(0, 0, "sink"), (0, 0, "sink"), (0, 1, "sink"), (0, 1, "dense"),
+            (1, 0, "sink"), (1, 0, "dense"), (1, 1, "dense"), (1, 1, "dense")]  # fmt: skip
+    table = prevalence_table(pd.DataFrame(rows, columns=["window", "layer", "class"]))
+    sink = table[table["class"] == "sink"].set_index("layer")["share"]
+    assert sink.to_dict() == pytest.approx({-1: 0.5, 0: 0.75, 1: 0.25})
