@@ -4,13 +4,16 @@ docs/testing.md, "Mutation tool"), each checked against a hand count written out
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction.experiment_claims import best_min_conditional, prevalence_table
 from sinkscope.reproduction.geometry_claims import representability_verdict
+from sinkscope.reproduction.judge import corpus_verdicts, sink_query_table
 
 
 def test_a_layer_whose_bos_beats_exactly_the_threshold_share_of_controls_is_beyond_them():
@@ -43,3 +46,28 @@ def test_prevalence_table_is_each_layers_mean_share_per_window():
     table = prevalence_table(pd.DataFrame(rows, columns=["window", "layer", "class"]))
     sink = table[table["class"] == "sink"].set_index("layer")["share"]
     assert sink.to_dict() == pytest.approx({-1: 0.5, 0: 0.75, 1: 0.25})
+
+
+def test_sink_query_table_rows_are_the_three_sets_of_one_mode():
+    """Δloss of the sink queries (mean over 2 windows), the same heads' and random cells' (mean over windows and
+    3 draws), all under the one mode `zero on sink queries`."""
+    arrays = {"selected": np.array([0.2, 0.4]), "same_heads": np.array([[0.0, 0.1, 0.2], [0.3, 0.4, 0.5]]),
+              "random": np.full((2, 3), 0.05)}  # fmt: skip
+    table = sink_query_table(arrays)
+    assert table["mode"].tolist() == ["zero on sink queries"] * 3
+    assert table["delta_loss"].tolist() == pytest.approx([0.3, 0.25, 0.05])
+
+
+def test_corpus_verdicts_judge_oversmoothing_when_the_smoothing_columns_are_there():
+    """20 heads with observed Δcos and the measured-moment sign: the oversmoothing verdict is computed (not "no
+    smoothing columns")."""
+    W, L, T = 8, 4, 16
+    arrays = {"nonpos": np.full((W, L), T - 1), "nonpos_control": np.zeros((W, L)), "drain": np.ones((W, L, 1)),
+              "hard_sink": np.zeros((W, 1, L, 2)), "mlp_like": np.zeros((W, 1, L))}  # fmt: skip
+    switch = {"curve": np.ones((W, 3, 14, 4)), "routes": np.zeros((W, 3, 3, len(ROUTES) + 1))}
+    rng = np.random.default_rng(0)
+    heads = pd.DataFrame({"layer": np.repeat(np.arange(L), 5), "smooth_dcos_obs": rng.normal(size=20),
+                          "smooth_dense_more_measured": rng.random(20) > 0.5})  # fmt: skip
+    run = SimpleNamespace(heads=heads, meta={"config": {"tau": 0.1, "delta": 0.1}})
+    verdicts = {v.claim: v for v in corpus_verdicts("m", "c", run, arrays, switch, T, 1)}
+    assert verdicts["oversmoothing"].reason != "no smoothing columns"
