@@ -3,6 +3,7 @@ docs/testing.md, "Mutation tool"), each checked against a hand count written out
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -11,9 +12,14 @@ import pandas as pd
 import pytest
 
 from sinkscope.functional.switch_routes import ROUTES
+from sinkscope.reproduction import figures
+from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.experiment_claims import best_min_conditional, prevalence_table
+from sinkscope.reproduction.files import write_key
 from sinkscope.reproduction.geometry_claims import representability_verdict
 from sinkscope.reproduction.judge import corpus_verdicts, sink_query_table
+from sinkscope.reproduction.regime_section import regime_runs
+from sinkscope.reproduction.report import write_tables
 
 
 def test_a_layer_whose_bos_beats_exactly_the_threshold_share_of_controls_is_beyond_them():
@@ -71,3 +77,41 @@ def test_corpus_verdicts_judge_oversmoothing_when_the_smoothing_columns_are_ther
     run = SimpleNamespace(heads=heads, meta={"config": {"tau": 0.1, "delta": 0.1}})
     verdicts = {v.claim: v for v in corpus_verdicts("m", "c", run, arrays, switch, T, 1)}
     assert verdicts["oversmoothing"].reason != "no smoothing columns"
+
+
+def test_write_tables_writes_and_names_the_regime_cells(tmp_path):
+    theory = pd.DataFrame(
+        {"T": [2], "pattern": ["sink"], "norm": ["nuclear"], "closed_form": [1.0], "exact": [1.0]}
+    )
+    regimes = pd.DataFrame({"init": ["zeros"], "bos": [True]})
+    names = write_tables(tmp_path, {}, theory, regimes)
+    assert names == ["cost_theory.csv", "regime_cells.csv"]
+    assert pd.read_csv(tmp_path / "regime_cells.csv").to_dict("records") == [{"init": "zeros", "bos": True}]
+
+
+def test_quick_reads_a_regime_map_already_in_the_output_directory(tmp_path):
+    """`--quick` does not train, but reads `OUT/regimes/` when a full run left it there (the module's words)."""
+    grid = pytest.importorskip("sinkscope.synthetic.regimes").QUICK_GRID
+    cells = pd.DataFrame({"init": ["zeros", "zeros"], "variant": "softmax", "weight_decay": 0.0, "bos": [True, False],
+                          "bos_mass": [0.9, 0.1], "diag_mass": [0.1, 0.8], "pattern": ["sink", "diagonal"],
+                          "agreement": ["a", "b"]})  # fmt: skip
+    (tmp_path / "regimes").mkdir()
+    cells.to_parquet(tmp_path / "regimes" / "regime_cells.parquet")
+    write_key(
+        tmp_path / "regimes",
+        {"section": "regimes", "grid": json.loads(json.dumps(grid.__dict__, default=list))},
+    )
+    got = regime_runs(ReproduceConfig(models=("m",), quick=True), tmp_path)
+    assert got["inits"]["zeros"][0]["pattern"] == "sink" and got["inits"]["zeros"][1]["pattern"] == "diagonal"
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # the real-layer panel is empty here
+def test_anchor_bars_of_two_models_sit_side_by_side_and_the_cost_axis_is_labelled():
+    """Two models: bars of width 0.8/2 at x = corpus index + model index · 0.4."""
+    anchors = pd.DataFrame({"corpus": ["prose", "random"], "sink_rate": [0.7, 0.2]})
+    ax = figures.anchors_figure({"m": {"anchors": anchors}, "n": {"anchors": anchors}}).axes[0]
+    assert [p.get_x() + p.get_width() / 2 for p in ax.patches] == pytest.approx([0, 1, 0.4, 1.4])
+    theory = pd.DataFrame({"T": [2, 4, 2, 4], "pattern": "sink", "norm": ["nuclear"] * 2 + ["frobenius"] * 2,
+                           "closed_form": [1.0, 1.5, 0.8, 1.0], "exact": [1.0, np.nan, np.nan, np.nan]})  # fmt: skip
+    ax = figures.cost_figure(theory, {}).axes[0]
+    assert ax.get_ylabel() == "min ‖W_QK‖ (κ = 1)" and ax.get_xlabel() == "T (contexts)"
