@@ -14,12 +14,17 @@ import pytest
 from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction import figures
 from sinkscope.reproduction.config import ReproduceConfig
-from sinkscope.reproduction.experiment_claims import best_min_conditional, prevalence_table
+from sinkscope.reproduction.experiment_claims import (
+    assumptions_verdict,
+    best_min_conditional,
+    prevalence_table,
+)
 from sinkscope.reproduction.files import write_key
 from sinkscope.reproduction.geometry_claims import representability_verdict
 from sinkscope.reproduction.judge import corpus_verdicts, sink_query_table
 from sinkscope.reproduction.regime_section import regime_runs
 from sinkscope.reproduction.report import write_tables
+from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
 
 
 def test_a_layer_whose_bos_beats_exactly_the_threshold_share_of_controls_is_beyond_them():
@@ -115,3 +120,16 @@ def test_anchor_bars_of_two_models_sit_side_by_side_and_the_cost_axis_is_labelle
                            "closed_form": [1.0, 1.5, 0.8, 1.0], "exact": [1.0, np.nan, np.nan, np.nan]})  # fmt: skip
     ax = figures.cost_figure(theory, {}).axes[0]
     assert ax.get_ylabel() == "min ‖W_QK‖ (κ = 1)" and ax.get_xlabel() == "T (contexts)"
+
+
+def test_switch_assumptions_without_a_holding_cell_have_no_best_tau():
+    """8 windows × 2 layers, full rank everywhere but z_0 in the span (distance 0): no cell holds, so the restricted
+    effect and its best τ are undefined (NaN), not the last τ of the grid."""
+    W, L = 8, 2
+    arrays = {"rank": np.full((W, L), 15), "n_contexts": 15, "width": 32, "distance": np.zeros((W, L)),
+              "curve": np.ones((W, L, len(GRID), len(TAU_CURVE), 4))}  # fmt: skip
+    verdict = assumptions_verdict("m", arrays)
+    assert verdict.evidence["cells_hold_share"] == 0.0
+    assert math.isnan(verdict.evidence["best_min_conditional_where_hold"]) and math.isnan(
+        verdict.evidence["tau_best"]
+    )
