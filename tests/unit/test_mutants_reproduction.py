@@ -21,7 +21,7 @@ from sinkscope.reproduction.judge import Measurements, corpus_verdicts, geometry
 from sinkscope.reproduction.plan import model_plan
 from sinkscope.reproduction.regime_section import QUICK_REASON, cells_by_init, regime_runs
 from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
-from sinkscope.reproduction.strata import within_layer_spearman
+from sinkscope.reproduction.strata import rowwise_spearman
 from sinkscope.reproduction.switch_claims import mlp_like_verdict, switch_verdict
 
 
@@ -41,15 +41,14 @@ def test_geometry_table_counts_each_layer_on_its_own():
     assert list(frame.columns[:2]) == ["layer", "gamma1"] and "unlisted" not in frame
 
 
-def test_within_layer_spearman_of_an_indicator_uses_its_tied_ranks():
+def test_rowwise_spearman_of_an_indicator_uses_its_tied_ranks():
     """Layer 0: x = (F, F, T, T), y = 1..4 → ranks (1.5, 1.5, 3.5, 3.5) vs (1, 2, 3, 4): centred (−1, −1, 1, 1)
-    · (−1.5, −0.5, 0.5, 1.5) = 4 over 2 · √5; layer 1: x = (T, F, F), y = (3, 2, 1) → ranks (3, 1.5, 1.5) vs
-    (3, 2, 1): centred (1, −.5, −.5) · (1, 0, −1) = 1.5 over √1.5 · √2. A bool indicator is a valid x."""
-    x = np.array([False, False, True, True, True, False, False])
-    y = np.array([1.0, 2, 3, 4, 3, 2, 1])
-    layers = np.array([0, 0, 0, 0, 1, 1, 1])
-    rho, used = within_layer_spearman(x, y, layers)
-    expected = (4 / (2 * math.sqrt(5)) + 1.5 / (math.sqrt(1.5) * math.sqrt(2))) / 2
+    · (−1.5, −0.5, 0.5, 1.5) = 4 over 2 · √5; layer 1: x = (T, F, F, F), y = (4, 3, 2, 1) → ranks (4, 2, 2, 2) vs
+    (4, 3, 2, 1): centred (2, 0, 0, 0)·(1.5, .5, −.5, −1.5) = 3 over √3 · √5. A bool indicator is a valid x."""
+    x = np.array([[False, False, True, True], [True, False, False, False]])
+    y = np.array([[1.0, 2, 3, 4], [4, 3, 2, 1]])
+    rho, used = rowwise_spearman(x, y)
+    expected = (4 / (2 * math.sqrt(5)) + 3 / (math.sqrt(3) * math.sqrt(5))) / 2
     assert used == 2 and rho == pytest.approx(expected, rel=1e-12)
 
 

@@ -19,7 +19,6 @@ from sinkscope.reproduction.strata import (
     rowwise_spearman,
     stratified_difference,
     within_layer_permutation_p,
-    within_layer_spearman,
 )
 from sinkscope.reproduction.switch_claims import (
     TAU_CURVE,
@@ -189,12 +188,11 @@ def test_simpsons_paradox_pooled_wrong_stratified_right():
 
 def test_within_layer_rank_correlation():
     x = np.r_[0, 1, 2, 10, 11, 12.0]
-    y = np.r_[2, 1, 0, 12, 11, 10.0]  # pooled ρ > 0, within each layer ρ = −1
-    layers = np.r_[0, 0, 0, 1, 1, 1]
-    assert within_layer_spearman(x, y, layers) == (pytest.approx(-1.0), 2)
-    assert within_layer_spearman(x[:4], y[:4], layers[:4])[1] == 1  # a layer needs ≥ 3 units
-    assert math.isnan(within_layer_spearman(x[:2], y[:2], layers[:2])[0])
+    y = np.r_[2, 1, 0, 12, 11, 10.0]  # layers are the rows: pooled ρ > 0, within each ρ = −1
     assert rowwise_spearman(x.reshape(2, 3), y.reshape(2, 3)) == (pytest.approx(-1.0), 2)
+    assert math.isnan(rowwise_spearman(x.reshape(3, 2), y.reshape(3, 2))[0])  # a layer needs ≥ 3 units
+    flat = np.r_[0, 1, 2, 5, 5, 5.0], np.r_[2, 1, 0, 1, 2, 3.0]  # layer 1 has no spread in x: left out
+    assert rowwise_spearman(flat[0].reshape(2, 3), flat[1].reshape(2, 3)) == (pytest.approx(-1.0), 1)
 
 
 # --- constructed inputs of every judged claim (used above) -------------------------------------------------------

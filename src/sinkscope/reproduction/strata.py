@@ -9,7 +9,8 @@ the same layer:
   means), and its standardised form, divided by the pooled within-layer, within-class standard deviation;
 - `within_layer_permutation_p`: the one-sided p-value of that difference when class labels are permuted only
   within layers (reported, never deciding);
-- `within_layer_spearman`: the mean over layers with ≥ 3 units of Spearman's ρ between two per-unit values.
+- `rowwise_spearman`: the mean over layers (rows) with ≥ `min_units` units of Spearman's ρ between two per-unit
+  values.
 
 `middle_layers` names the stratum of depth the middle-layer claims read (geometry, the certificates).
 """
@@ -84,8 +85,9 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def rowwise_spearman(x: np.ndarray, y: np.ndarray, min_units: float = 3) -> tuple[float, int]:
-    """`within_layer_spearman` for units laid out as (layers, units per layer) matrices, vectorised; rows of fewer
-    than `min_units` units give NaN, 0 (the gate is a threshold of the claims that read it)."""
+    """`(mean ρ, layers used)`: Spearman's ρ(x, y) within each row of (layers, units per layer) matrices that has
+    some spread in both, averaged over those rows; rows of fewer than `min_units` units give NaN, 0 (the gate is a
+    threshold of the claims that read it)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape[1] < min_units:
         return math.nan, 0
@@ -97,15 +99,3 @@ def rowwise_spearman(x: np.ndarray, y: np.ndarray, min_units: float = 3) -> tupl
         return math.nan, 0
     rho = (rx * ry).sum(1)[keep] / (sx[keep] * sy[keep])
     return float(rho.mean()), int(keep.sum())
-
-
-def within_layer_spearman(x: np.ndarray, y: np.ndarray, layers: np.ndarray) -> tuple[float, int]:
-    """`(mean ρ, layers used)`: Spearman's ρ(x, y) within each layer with ≥ 3 units and some spread in both,
-    averaged over those layers; NaN, 0 when none qualifies."""
-    x, y, layers = np.asarray(x, float), np.asarray(y, float), np.asarray(layers)
-    rhos = []
-    for layer in np.unique(layers):
-        a, b = x[layers == layer], y[layers == layer]
-        if a.size >= 3 and np.ptp(a) > 0 and np.ptp(b) > 0:
-            rhos.append(spearman(a, b))
-    return (float(np.mean(rhos)), len(rhos)) if rhos else (math.nan, 0)
