@@ -178,9 +178,19 @@ def sinkscope_attention(
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if kwargs.get("s_aux") is not None:  # a learned sink (gpt-oss), which sdpa lacks: its own block path
+    if kwargs.get("s_aux") is not None:  # a learned sink (gpt-oss), which sdpa lacks: flex, or its own block path
         if watch is not None:
             watch.on_values(watch.layer, value)
+        window = kwargs.get("sliding_window")
+        if watch is not None and watch.on_readout is not None and watch.on_learned_sink is not None and (
+                attention_path(query, value, attention_mask, softcap, window) == "flex"):  # fmt: skip
+            computed = _layer_rows("flex", query, key, value, scaling, window, sinks=kwargs["s_aux"],
+                                   **_flex_form(attention_mask, window, softcap))  # fmt: skip
+            if computed is not None:
+                out, packed = computed
+                watch.on_learned_sink(watch.layer, 0, flex.learned_sink_mass(packed.parts))
+                watch.on_readout(watch.layer, packed)
+                return out, None
 
         def on_sink_block(start: int, probs: Tensor, entropy: Tensor, block: Tensor, mass: Tensor) -> None:
             if watch is not None:  # the sink column first, then the block

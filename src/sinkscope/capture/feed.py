@@ -63,6 +63,7 @@ class Feed:
         self._columns: dict[int, Tensor] = {}
         self._diagonal: dict[int, Tensor] = {}
         self._learned_sink: dict[int, Tensor] = {}
+        self._readout_mass: list[Tensor] = []  # learned-sink masses of the deferred map-free layers, in order
         self._value_norms: dict[int, Tensor] = {}  # a layer's ||v_j|| (B, KV, T) until its attention reports
         self._deferred: list[tuple[int, AttentionReadout | PackedReadout, Tensor]] = []  # map-free layers, in forward order
         self._watched_layers: set[int] = set()  # layers whose attention function must report every forward pass
@@ -174,6 +175,9 @@ class Feed:
         """One layer's whole attention over the batch from a map-free path (`AttentionReadout`, or packed as the flex path
         leaves them): kept until `end_batch`."""
         self._deferred.append((layer, rows, self._value_norms.pop(layer)))
+        mass = self._learned_sink.pop(layer, None)  # a learned sink's m_t (B, H, T), reported just before
+        if mass is not None:
+            self._readout_mass.append(mass)
 
     def _flush_layers(self) -> None:
         """The batch's map-free layers, stacked (L', B, H, ·): `on_values`, `on_query_block` and `on_columns` once for
@@ -184,13 +188,17 @@ class Feed:
         sink, diag, prev, columns, entropy, out_norms = self._stacked_rows([rows for _, rows, _ in self._deferred])
         norms = self._head_norms(torch.stack([norms.to(sink.device) for *_, norms in self._deferred]))
         self._deferred.clear()
+        mass = torch.stack(self._readout_mass) if self._readout_mass else None  # (L', B, H, T): learned sinks
+        self._readout_mass.clear()
         self._check_finite(list(layers), entropy.sum(-1) + out_norms.sum((-2, -1)))
         sums, hard_sink, hard_diag = pattern_row_sums(sink, diag, prev, 0, self.delta)
         # The map-free paths mask causally by construction (no mass above the diagonal); the rows' total mass is
         # checked through the column sums (on the fused and flex paths a second kernel call computes them from the
         # first's normalisers).
         sums |= {"entropy": entropy.sum(-2), "row_total": columns.sum((-3, -1))}
-        rows, complete = QueryBlock(0, sums, hard_sink, hard_diag, out_norms), Columns(columns, diag.double())
+        if mass is not None:  # the rows of A then sum to 1 − m_t
+            sums["learned_sink"] = mass.double().sum((-3, -1))
+        rows, complete = QueryBlock(0, sums, hard_sink, hard_diag, out_norms, mass), Columns(columns, diag.double())
         wanting = self._wanting(*ATTENTION_EVENTS)
         for statistic in (s for s in wanting if s.stacked):
             statistic.on_values(layers, norms)
@@ -198,7 +206,8 @@ class Feed:
             statistic.on_columns(layers, complete)
         one_by_one = [s for s in wanting if not s.stacked]
         for i, layer in enumerate(layers if one_by_one else ()):
-            layer_rows = QueryBlock(0, {k: v[i] for k, v in sums.items()}, hard_sink[i], hard_diag[i], out_norms[i])
+            layer_rows = QueryBlock(0, {k: v[i] for k, v in sums.items()}, hard_sink[i], hard_diag[i], out_norms[i],
+                                    None if mass is None else mass[i])
             layer_columns = Columns(columns[i], complete.diagonal[i])
             for statistic in one_by_one:
                 statistic.on_values(layer, norms[i])
