@@ -39,7 +39,7 @@ CONTEXTS = {
                           "tables": [], "sections": [], "figures": {}, "n_reused": 0, "model_note": "H <1>"},
     "view.html.j2": {"data": {"model": {"name": "H <1>"}, "n_layers": 1, "n_heads": 1, "n_tokens": 2, "ids": [1, 2],
                               "tokens": ["<s>", "a"], "heads": [[_CELL]], "layers": [_LAYER],
-                              "thresholds": {"epsilon": 0.3}, "open": {"layer": 0, "head": 0},
+                              "thresholds": {"epsilon": 0.3}, "open": {"layer": 0, "head": 0}, "linear_layers": [],
                               "quant": {"bits": 8, "error": 2e-3, "shown_error": 2.5e-3}},
                      "data_json": "{}", "maps": ""},
     "results.html.j2": {"title": "H <1>", "intro": "i", "settings": [["model", "m"]], "figures": [],
