@@ -150,3 +150,42 @@ def test_only_what_the_windows_ask_for_is_read(tmp_path, monkeypatch):
     assert stream.available() == 2 and len(torch.cat(list(stream))) == 2
     assert sum(read) <= 4 * text_file.CHUNK_BYTES
     assert sum(tokenized) <= 4 * (document_tokens.CHARS + 3 * document_tokens.MARGIN)
+
+
+def test_a_view_of_a_file_reads_only_its_first_window(tmp_path, monkeypatch):
+    """`view --file` and `sinkscope.attention(file=…)` (`file_ids`): the ids equal `text_ids` of the whole file's
+    documents, and on a 40 MB single-line file only a chunk or two is read."""
+    from sinkscope.capture.text_maps import file_ids, text_ids
+    from sinkscope.corpus.sources import documents
+
+    tokenizer = trained("bytelevel")
+    small = tmp_path / "small.txt"
+    small.write_text(sample_text(random.Random(1), 60) + "\n\n" + sample_text(random.Random(2), 60), encoding="utf-8")
+    for seq_len in (16, 200, None):  # None: the whole text (< MAX_TOKENS here), two documents joined with EOS
+        expected = text_ids(tokenizer, list(documents(str(small))), seq_len, 0)
+        assert torch.equal(file_ids(tokenizer, small, seq_len, 0), expected)
+    path = tmp_path / "one line.txt"
+    line = (sample_text(random.Random(0), 20000).replace("\n", " ") + " ").encode()
+    with open(path, "wb") as handle:
+        for _ in range(40_000_000 // len(line)):
+            handle.write(line)
+    read: list[int] = []
+    real_open = open
+
+    class Counting:
+        def __init__(self, *args, **kwargs):
+            self.handle = real_open(*args, **kwargs)
+
+        def read(self, n: int) -> bytes:
+            read.append(len(data := self.handle.read(n)))
+            return data
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr(text_file, "open", Counting, raising=False)
+    assert len(file_ids(tokenizer, path, 64, 0)) == 64
+    assert sum(read) <= 4 * text_file.CHUNK_BYTES

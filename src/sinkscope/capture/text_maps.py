@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from sinkscope.capture.layer_inputs import layer_input_hooks
+from sinkscope.corpus.document_tokens import corpus_tokens
 from sinkscope.corpus.windows import default_bos_id
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module, softmax_layers
@@ -39,18 +41,37 @@ def text_ids(tokenizer, documents: Iterable[str], seq_len: int | None = None, bo
     `MAX_TOKENS`).
     """
     check_length(seq_len)
-    bos = default_bos_id(tokenizer) if bos_id is None else bos_id
     eos = tokenizer.eos_token_id
     body: list[int] = []
     for index, doc in enumerate(documents):
         if index and eos is not None:
             body.append(int(eos))
         body.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
+    return _bos_window(tokenizer, body, seq_len, bos_id)
+
+
+def file_ids(tokenizer, path: str | Path, seq_len: int | None = None, bos_id: int | None = None) -> Tensor:
+    """`text_ids` of a text file's documents, read and tokenized only as far as the window needs: the file's token
+    stream is the one `corpus.windows` cuts (`corpus_tokens`: chunked reading, each document tokenized in windows,
+    equal to tokenizing it whole), so memory stays bounded by `seq_len` (or `MAX_TOKENS`), not by the file."""
+    check_length(seq_len)
+    limit = MAX_TOKENS if seq_len is None else seq_len - 1
+    body: list[int] = []
+    for piece in corpus_tokens(str(path), tokenizer):
+        body.extend(piece)
+        if len(body) > limit:  # one token past what the window keeps: enough to cut, or to know it is too long
+            break
+    return _bos_window(tokenizer, body, seq_len, bos_id)
+
+
+def _bos_window(tokenizer, body: list[int], seq_len: int | None, bos_id: int | None) -> Tensor:
+    """BOS + `body` cut to `seq_len` tokens in all; `seq_len=None`: all of it, refused beyond `MAX_TOKENS`."""
+    bos = default_bos_id(tokenizer) if bos_id is None else bos_id
     if not body:
         raise SinkscopeError("the text is empty: pass --text with some words or a --file that holds text")
     if seq_len is None and len(body) + 1 > MAX_TOKENS:
         raise SinkscopeError(
-            f"the text has {len(body) + 1} tokens with BOS; a page embeds at most {MAX_TOKENS}: pass --seq-len N "
+            f"the text has more than {MAX_TOKENS} tokens with BOS, the most a page embeds: pass --seq-len N "
             f"(≤ {MAX_TOKENS}) to keep the first N"
         )
     limit = len(body) if seq_len is None else seq_len - 1

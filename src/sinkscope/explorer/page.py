@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from sinkscope.capture.text_maps import TextCapture, capture_text, check_length, text_ids
-from sinkscope.corpus.sources import check_text, documents
+from sinkscope.capture.text_maps import TextCapture, capture_text, check_length, file_ids, text_ids
+from sinkscope.corpus.sources import check_source, check_text
 from sinkscope.errors import SinkscopeError
 from sinkscope.explorer.quantise import BITS, levels, quant_error, quantise_maps
 from sinkscope.functional.geometry import bos_cosine, bos_norm_ratio
@@ -248,7 +248,7 @@ def render(data: dict, maps: str) -> str:
     return render_page("view.html.j2", data=data, data_json=script_json(data), maps=maps)
 
 
-def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float, bits: int) -> list[str]:
+def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta: float, bits: int) -> str | Path:
     if (text is None) == (file is None):
         raise SinkscopeError("pass exactly one of --text or --file")
     if bits not in BITS:
@@ -257,11 +257,12 @@ def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta
         if not 0 < value < 1:
             raise SinkscopeError(f"--{name} {value} must lie strictly between 0 and 1")
     if text is not None:
-        return [check_text(text, "--text")]
+        return check_text(text, "--text")
     path = Path(file).expanduser()
     if not path.is_file():
         raise SinkscopeError(f"--file {path} does not exist or is not a file")
-    return list(documents(str(path)))
+    check_source(str(path))  # its start is text: before the model loads
+    return path
 
 
 def check_softmax_layers(lm: LoadedModel) -> None:
@@ -297,7 +298,7 @@ def view(
     attention (8: 2.0e-3, 12: 1.2e-4, 16: 7.6e-6, for a page about 2.5×, 4.6× as large). Writes the page to
     `out` when given. See docs/view.md.
     """
-    docs = _check_args(text, file, epsilon, delta, bits)
+    source = _check_args(text, file, epsilon, delta, bits)  # the text, or the file's path (read after the model loads)
     check_length(seq_len)
     check_bos_id(None, bos_id)  # before the model loads, what can be known then
     if out is not None:
@@ -308,7 +309,10 @@ def view(
         model = load_model(model, device=device, dtype=dtype)
     check_bos_id(model, bos_id)
     check_softmax_layers(model)
-    ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
+    if isinstance(source, Path):
+        ids = file_ids(model.tokenizer, source, seq_len, bos_id)
+    else:
+        ids = text_ids(model.tokenizer, [source], seq_len, bos_id)
     capture = capture_text(model, ids)
     data = page_data(model, capture, epsilon, delta, bits)
     maps, data["quant"]["offsets"] = quantise_maps(capture.attn, bits)

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sinkscope.capture.text_maps import TextCapture, capture_text, check_length, text_ids
-from sinkscope.corpus.sources import check_text, documents
+from sinkscope.capture.text_maps import TextCapture, capture_text, check_length, file_ids, text_ids
+from sinkscope.corpus.sources import check_source, check_text
 from sinkscope.errors import SinkscopeError
 from sinkscope.functional.patterns import (
     diag_score,
@@ -93,15 +93,18 @@ def attention(
         path = Path(file).expanduser()
         if not path.is_file():
             raise SinkscopeError(f"file {path} does not exist or is not a file")
-        docs = list(documents(str(path)))
+        check_source(str(path))  # its start is text: before the model loads
     else:
-        docs = [check_text(text)]
+        text = check_text(text)
     if isinstance(model, str):
         from sinkscope.models.load import load_model
 
         model = load_model(model, device=device, dtype=dtype)
     check_bos_id(model, bos_id)
-    ids = text_ids(model.tokenizer, docs, seq_len, bos_id)
+    if file is not None:
+        ids = file_ids(model.tokenizer, path, seq_len, bos_id)
+    else:
+        ids = text_ids(model.tokenizer, [text], seq_len, bos_id)
     return attention_from_capture(model.tokenizer, capture_text(model, ids), epsilon, delta)
 
 
