@@ -118,15 +118,9 @@ def test_chunked_windows_equal_the_whole_file_readers(tmp_path, tokenizer, small
     assert torch.cat(list(whole)).tolist() == [[0, *stream]]
 
 
-def test_only_what_the_windows_ask_for_is_read(tmp_path, monkeypatch):
-    """A single-line file of 40 MB (no blank line: one document) with --max-windows 2: a chunk or two is read and
-    tokenized, not the file."""
-    path = tmp_path / "one line.txt"
-    line = (sample_text(random.Random(0), 20000).replace("\n", " ") + " ").encode()
-    with open(path, "wb") as handle:
-        for _ in range(40_000_000 // len(line)):
-            handle.write(line)
-    read, tokenized = [], []
+def count_reads(monkeypatch) -> list[int]:
+    """The sizes of every `read` of `corpus/text_file.py`'s file handles, from now on (the list fills as it reads)."""
+    read: list[int] = []
 
     class Counting:
         def __init__(self, *args, **kwargs):
@@ -143,6 +137,18 @@ def test_only_what_the_windows_ask_for_is_read(tmp_path, monkeypatch):
             self.handle.close()
 
     monkeypatch.setattr(text_file, "open", Counting, raising=False)
+    return read
+
+
+def test_only_what_the_windows_ask_for_is_read(tmp_path, monkeypatch):
+    """A single-line file of 40 MB (no blank line: one document) with --max-windows 2: a chunk or two is read and
+    tokenized, not the file."""
+    path = tmp_path / "one line.txt"
+    line = (sample_text(random.Random(0), 20000).replace("\n", " ") + " ").encode()
+    with open(path, "wb") as handle:
+        for _ in range(40_000_000 // len(line)):
+            handle.write(line)
+    read, tokenized = count_reads(monkeypatch), []
     original = document_tokens.DocumentTokens._tokenize
     monkeypatch.setattr(document_tokens.DocumentTokens, "_tokenize",
                         lambda self, s, e: tokenized.append(e - s) or original(self, s, e))  # fmt: skip
@@ -169,23 +175,6 @@ def test_a_view_of_a_file_reads_only_its_first_window(tmp_path, monkeypatch):
     with open(path, "wb") as handle:
         for _ in range(40_000_000 // len(line)):
             handle.write(line)
-    read: list[int] = []
-    real_open = open
-
-    class Counting:
-        def __init__(self, *args, **kwargs):
-            self.handle = real_open(*args, **kwargs)
-
-        def read(self, n: int) -> bytes:
-            read.append(len(data := self.handle.read(n)))
-            return data
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.handle.close()
-
-    monkeypatch.setattr(text_file, "open", Counting, raising=False)
+    read = count_reads(monkeypatch)
     assert len(file_ids(tokenizer, path, 64, 0)) == 64
     assert sum(read) <= 4 * text_file.CHUNK_BYTES
