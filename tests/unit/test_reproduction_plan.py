@@ -66,7 +66,7 @@ def test_the_plan_orders_the_sections_and_the_ablations_carry_the_first_analysis
     first = plan.analyses["builtin:prose"]
     for section in (*plan.ablations, plan.sink_queries):
         assert section.key["scores"] == first.key
-    assert plan.ablations[0].key["config"]["from_run"] == "analysis"  # the path is not part of the key
+    assert plan.ablations[0].key["config"].from_run == "analysis"  # the path is not part of the key
 
     more = model_plan("tiny", ReproduceConfig.preset(True, **{**_overrides(config), "windows": 9}), tmp_path)
     assert more.ablations[0].key["scores"]["windows"] == 9 != first.key["windows"]

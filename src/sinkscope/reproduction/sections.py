@@ -4,13 +4,16 @@ nothing; `reproduction.plan` walks them in order and computes only those whose d
 
 One function per section, built from the model name, the `ReproduceConfig`, the output root and the sections it
 reads (the ablations read the first corpus's analysis: its directory for the head scores, its key in theirs).
+A key holds a pipeline's config dataclass itself, stamped as its non-default fields (`reproduction.files`: a new
+option whose default keeps the old behaviour changes no key; changing a default needs the section's `version`
+bumped).
 The exact layer costs are in `reproduction.cost_section`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +72,7 @@ def analysis_section(name: str, config: ReproduceConfig, out: Path, corpus: str,
     n_windows = c.windows if smoothing else c.anchor_windows
     analyze_config = AnalyzeConfig(geometry_cap=c.geometry_cap, seed=c.seed)
     key = {"section": "analyze", "model": name, "corpus": corpus, "seq_len": c.seq_len,
-           "windows": n_windows, "smoothing": smoothing, "config": asdict(analyze_config), "dtype": c.dtype,
+           "windows": n_windows, "smoothing": smoothing, "config": analyze_config, "dtype": c.dtype,
            "smoothing_layer_stride": c.smoothing_layer_stride if smoothing else None}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
@@ -104,7 +107,7 @@ def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Sect
     ablate_config = AblateConfig(selections=selections, fractions=(c.ablation_fraction,), mode=mode,
                                  n_random=draws, seed=c.seed, from_run=str(scores.directory))  # fmt: skip
     key = {"section": "ablate", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
-           "windows": c.ablation_windows, "config": asdict(ablate_config) | {"from_run": "analysis"},
+           "windows": c.ablation_windows, "config": replace(ablate_config, from_run="analysis"),
            "scores": scores.key, "dtype": c.dtype}  # fmt: skip
     if mode == "zero":
         key |= {"layer_matched_draws": c.random_draws, "window_delta": True}

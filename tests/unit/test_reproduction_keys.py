@@ -1,0 +1,89 @@
+"""What a reproduce section key holds: a config dataclass is stamped as its non-default fields, and a stored stamp
+is read the same way (`reproduction.files`), so a new option with a default that keeps the old behaviour leaves
+every stored section fresh, while a changed or non-default value makes it stale."""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.files import KEY_FILE, config_fields, is_fresh, write_key
+from sinkscope.reproduction.plan import model_plan
+
+
+@dataclass(frozen=True)
+class Before:  # a config as it was when a section was stamped
+    epsilon: float = 0.3
+    windows: tuple[int, ...] = (1, 2)
+
+
+@dataclass(frozen=True)
+class After:  # the same config after a new option was added, defaulting to the old behaviour
+    epsilon: float = 0.3
+    windows: tuple[int, ...] = (1, 2)
+    precision: str = "exact"
+
+
+def _stamp(directory: Path, stamp: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / KEY_FILE).write_text(json.dumps(stamp))
+    return directory
+
+
+def _old_key(config) -> dict:  # how keys were stamped before: every field spelled out (`asdict`)
+    return {"section": "s", "config": asdict(config), "nested": {"config": asdict(config)}}
+
+
+def test_a_new_default_field_matches_a_stamp_written_before_it_existed(tmp_path):
+    directory = _stamp(tmp_path / "old", _old_key(Before()))
+    assert is_fresh(directory, {"section": "s", "config": After(), "nested": {"config": After()}})
+    assert config_fields(After()) == {}  # nothing differs from the defaults: nothing is stamped
+    write_key(tmp_path / "old", {"section": "s", "config": After(), "nested": {"config": After()}})
+    assert json.loads((directory / KEY_FILE).read_text()) == {
+        "section": "s",
+        "config": {},
+        "nested": {"config": {}},
+    }
+
+
+def test_a_non_default_value_of_the_new_field_makes_the_old_stamp_stale(tmp_path):
+    directory = _stamp(tmp_path / "old", _old_key(Before()))
+    assert not is_fresh(directory, {"section": "s", "config": After(precision="model"),
+                                    "nested": {"config": After()}})  # fmt: skip
+    assert not is_fresh(
+        directory, {"section": "s", "config": After(), "nested": {"config": After(precision="model")}}
+    )
+    assert config_fields(After(precision="model")) == {"precision": "model"}
+
+
+def test_a_changed_value_makes_the_stamp_stale_whether_it_was_stamped_old_or_new(tmp_path):
+    old = _stamp(tmp_path / "old", _old_key(Before(epsilon=0.2)))
+    assert not is_fresh(old, {"section": "s", "config": After(), "nested": {"config": After()}})
+    assert is_fresh(
+        old, {"section": "s", "config": After(epsilon=0.2), "nested": {"config": After(epsilon=0.2)}}
+    )
+    (tmp_path / "new").mkdir()
+    write_key(tmp_path / "new", {"section": "s", "config": After(windows=(3,))})
+    assert not is_fresh(tmp_path / "new", {"section": "s", "config": After()})
+    assert not is_fresh(tmp_path / "new", {"section": "s", "config": After(windows=(4,))})
+    assert is_fresh(tmp_path / "new", {"section": "s", "config": After(windows=(3,))})
+
+
+def test_the_stored_analysis_stamps_of_before_attention_precision_match_the_plan(tmp_path):
+    """The stamps of runs/repro-*/MODEL/analyze-*/ and ablate/ were written with every `AnalyzeConfig` field of the
+    time (no head-class thresholds, no `attention_precision`); read now, they match the plan's keys."""
+    config = ReproduceConfig.preset(False, models=("m",), ablation_windows=8, random_draws=20)
+    plan = model_plan("m", config, tmp_path)
+    analysis = {"delta": 0.1, "epsilon": 0.3, "epsilons": [], "geometry_cap": 256, "seed": 0, "tau": 0.1}
+    scores = {"config": analysis, "corpus": "builtin:prose", "dtype": "float32", "model": "m", "section": "analyze",
+              "seq_len": 64, "smoothing": True, "smoothing_layer_stride": 1, "windows": 32}  # fmt: skip
+    first = plan.analyses["builtin:prose"]
+    assert is_fresh(_stamp(first.directory, scores), first.key)
+    bos = plan.ablations[1]
+    ablate = {"config": {"fractions": [0.1], "from_run": "analysis", "mode": "bos", "n_random": 8,
+                         "score_windows": 16, "seed": 0, "selections": ["highest-hard-sink"]},
+              "corpus": "builtin:prose", "dtype": "float32", "model": "m", "scores": scores, "section": "ablate",
+              "seq_len": 64, "windows": 8}  # fmt: skip
+    assert is_fresh(_stamp(bos.directory, ablate), bos.key)
+    assert not is_fresh(_stamp(bos.directory, ablate | {"scores": scores | {"config": analysis | {"tau": 0.2}}}),
+                        bos.key)  # fmt: skip
