@@ -10,6 +10,7 @@ issue names (capture/, functional/, statistics/, reproduction/, pipelines/query_
     .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40        # 40 seeded random mutants of each unit
     .venv/bin/python benchmarks/mutmut_sample.py --units functional --per-unit 60 --seed 1
     .venv/bin/python benchmarks/mutmut_sample.py --report-only        # summarise the results mutmut has stored
+    .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40 --seed 35 --exclude earlier.txt   # a disjoint draw
 
 The summary counts `killed`, `survived`, `no tests` (no fast-tier test calls the function), `timeout` (counted as
 killed, as mutmut does), `not checked` (left when `--time-box` stops the run; mutmut checks the mutants whose tests
@@ -141,6 +142,8 @@ def main() -> int:
     parser.add_argument("--time-box", type=int, default=0, help="stop mutmut after this many seconds (0: never)")
     parser.add_argument("--nice", type=int, default=10, help="niceness of the mutmut process (default 10)")
     parser.add_argument("--json", type=Path, help="also write the summary here")
+    parser.add_argument("--exclude", type=Path, help="a file of mutant names (one a line) left out before drawing: "
+                        "a sample disjoint from an earlier one")  # fmt: skip
     args = parser.parse_args()
     units = args.units.split(",")
     if unknown := set(units) - set(UNITS):
@@ -148,9 +151,10 @@ def main() -> int:
     if not list((ROOT / "mutants" / "src").rglob("*.py.meta")):
         generate()
     results = stored_results()
+    excluded = set(args.exclude.read_text().split()) if args.exclude else set()
     names = []
     for unit in units:
-        mine = sorted(n for n in results if unit_of(n) == unit)
+        mine = sorted(n for n in results if unit_of(n) == unit and n not in excluded)
         if args.per_unit and len(mine) > args.per_unit:
             mine = sorted(random.Random(f"{args.seed}:{unit}").sample(mine, args.per_unit))
         names += mine
