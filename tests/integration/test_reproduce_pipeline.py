@@ -43,7 +43,7 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64") == 6 and all(f'id="{claim}"' in html for claim in CLAIMS)
     for claim in CLAIMS.values():  # every claim links to the table it was computed from, and quotes the paper
-        written = claim.table != "regime_cells"  # the regime map is switched off here
+        written = claim.table not in ("regime_cells", "cost_boundary_trained")  # regimes=False: no lab trained
         assert (f'href="tables/{claim.table}.csv"' in html) == written and claim.paper_claim in unescape(html)
     assert '"estimate"' not in html and "{'" not in html  # readable text, no raw JSON or dict reprs
     assert "## 6. Anchors from earlier work" in (out / "report.md").read_text()

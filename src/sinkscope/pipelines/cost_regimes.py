@@ -30,7 +30,12 @@ import pandas as pd
 from sinkscope.errors import SinkscopeError
 from sinkscope.pipelines.cost_sweep import solve_row
 from sinkscope.theory.cost import gbb_pattern_cost
-from sinkscope.theory.cost_closed_forms import gbb_cost, orthonormal_cost, wendel_probability
+from sinkscope.theory.cost_closed_forms import (
+    gbb_cost,
+    orthonormal_cost,
+    predicted_winner,
+    wendel_probability,
+)
 from sinkscope.theory.embeddings import synthetic_embeddings
 
 NORMS = ("nuclear", "frobenius")
@@ -84,13 +89,6 @@ def vocabulary_table(config: RegimeConfig) -> pd.DataFrame:
                 row["cheaper_exact"] = winner(row["sink_exact"], row["diagonal_exact"])
                 rows.append(row)
     return pd.DataFrame(rows)
-
-
-def predicted_winner(T: int, rank: int) -> str:
-    """The module doc's prediction: diagonal where Wendel's P(H1) < ½, sink where r ≥ T + 1, else undecided."""
-    if wendel_probability(T, rank) < 0.5:
-        return "diagonal"
-    return "sink" if rank >= T + 1 else "undecided"
 
 
 def geometry_table(config: RegimeConfig) -> pd.DataFrame:

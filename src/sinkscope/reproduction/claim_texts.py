@@ -187,6 +187,18 @@ CLAIMS: dict[str, Claim] = {
         "the boundary is a prediction from closed forms and a feasibility probability; the exact convex programs "
         "are the ground truth it can miss",
         "none: the exact costs are the reference", "cost_regimes"),
+    "cost_boundary_trained": Claim(
+        4, "While diagonal attention is cheaper in specific high-dimensional, low-rank scenarios, […] sinks incur "
+        "lower parameter costs (Figure 3); the cost argument explains which pattern trained models use.",
+        "the bigram-backcopy lab (one attention-only layer and head, GPT-2-like init, BOS) trained at settings "
+        "(V, T, d) the boundary puts firmly on each side (the attention inputs' rank r = d − 1 after LayerNorm; "
+        "diagonal: P(H1) < ½, sink: r ≥ T + 1), 3 seeds each; the switch head's pattern on non-trigger queries "
+        "(the lab's classifier: ≥ 0.5 of the row's mass on BOS or on the query itself); the share of the runs "
+        "where the diagonal is predicted whose head is a diagonal",
+        "the boundary is a statement about the cheapest W_QK; training the lab inside each regime asks whether "
+        "what is cheapest is what is learned, with the lab's own pattern classifier",
+        "the settings where the sink is predicted (the lab must form the predicted sink there for the diagonal "
+        "side to be judged)", "cost_boundary_trained"),
     "sink_in_use": Claim(
         6, "Sinks are not just a common artifact (StreamingLLM, Xiao et al. 2023: the model needs its sink — "
         "evicting the first token from a recent-window KV cache costs loss that keeping it restores).",

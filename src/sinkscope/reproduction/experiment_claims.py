@@ -11,7 +11,9 @@
   (layer, window) cells where the theorem's assumptions hold (full-rank contexts, BOS off their span);
 - `cost_boundary` (random embedding draws, within their (T, rank) cell): the share of draws where the closed-form
   boundary (Wendel's P(H1) < ½ → diagonal, r ≥ T + 1 → sink) names the exact winner, beside the vocabulary-level
-  closed forms against the exact programs.
+  closed forms against the exact programs;
+- `cost_boundary_trained` (lab runs, seeds within their setting): where that boundary predicts the diagonal, the
+  share of trained bigram-backcopy models whose switch head is a diagonal, with the sink side as the control.
 
 `judge_experiments` turns the sections' read-back data into verdicts and the tables the report links.
 """
@@ -25,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
-from sinkscope.reproduction.minima import MIN_DRAWS, MIN_HEADS, MIN_WINDOWS
+from sinkscope.reproduction.minima import MIN_DRAWS, MIN_HEADS, MIN_RUNS, MIN_WINDOWS
 from sinkscope.reproduction.switch_claims import GRID, SWITCH, TAU_CURVE, switch_curves
 from sinkscope.reproduction.verdicts import (
     NOT_MEASURABLE,
@@ -43,8 +45,10 @@ DENSE_CAUSAL = {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
 PREVALENCE = {"ratio_min": 2.0, "sink_min": 0.2}
 ASSUMPTIONS = SWITCH | {"min_distance": 0.05}
 COST_BOUNDARY = {"miss_tol": 0.1, "partly_min": 0.5}
+BOUNDARY_TRAINED = {"miss_tol": 0.1, "partly_min": 0.5, "control_min": 0.5}
 THRESHOLDS = {"sink_in_use": SINK_IN_USE, "dense_causal": DENSE_CAUSAL, "prevalence": PREVALENCE,
-              "switch_assumptions": ASSUMPTIONS, "cost_boundary": COST_BOUNDARY}  # by claim (docs/reproduction.md)
+              "switch_assumptions": ASSUMPTIONS, "cost_boundary": COST_BOUNDARY,
+              "cost_boundary_trained": BOUNDARY_TRAINED}  # by claim (docs/reproduction.md)
 
 
 def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict | None = None, seed: int = 0
@@ -197,6 +201,39 @@ def cost_boundary_verdict(vocabulary: pd.DataFrame, geometry: pd.DataFrame, seed
 
     return judge("cost_boundary", "theory", units, effects, decide, COST_BOUNDARY, over="random embedding draws",
                  min_units=MIN_DRAWS, fractions=tuple(COST_BOUNDARY), evidence=extra, strata=cells, seed=seed)  # fmt: skip
+
+
+def cost_boundary_trained_verdict(runs: pd.DataFrame | None, reason: str = "", seed: int = 0) -> Verdict:
+    """Lab runs (`synthetic.boundary_runs`: one row per setting and seed with its `predicted` and trained
+    `pattern`), resampled within their setting: `diagonal_side_match` = share of the runs where the diagonal is
+    predicted whose switch head is a diagonal (primary); `sink_side_match` = the same for the sink (the control:
+    the lab forms the predicted switch where the sink is predicted). Not measurable without runs on both sides or
+    when the control is below `control_min`; supported: diagonal_side_match ≥ 1 − `miss_tol`; partly: ≥
+    `partly_min`."""
+    claim = "cost_boundary_trained"
+    if runs is None or runs.empty:
+        return Verdict(claim, "synthetic", NOT_MEASURABLE, {}, BOUNDARY_TRAINED, reason or "no runs")
+    units = {"predicted": runs["predicted"].to_numpy(str), "pattern": runs["pattern"].to_numpy(str)}
+    extra = {"runs": len(runs), "settings": int(runs["setting"].nunique()), "steps": int(runs["steps"].max()),
+             "patterns_where_diagonal_predicted": ", ".join(runs.loc[runs["predicted"] == "diagonal", "pattern"]),
+             "patterns_where_sink_predicted": ", ".join(runs.loc[runs["predicted"] == "sink", "pattern"])}  # fmt: skip
+
+    def effects(u, th):
+        match = u["pattern"] == u["predicted"]
+        diagonal, sink = u["predicted"] == "diagonal", u["predicted"] == "sink"
+        if not diagonal.any() or not sink.any():
+            return {"diagonal_side_match": math.nan}
+        return {"diagonal_side_match": float(match[diagonal].mean()), "sink_side_match": float(match[sink].mean()),
+                "diagonal_side_sink_share": float((u["pattern"][diagonal] == "sink").mean())}  # fmt: skip
+
+    def decide(e, th):
+        if not math.isfinite(e["diagonal_side_match"]) or e["sink_side_match"] < th["control_min"]:
+            return NOT_MEASURABLE
+        return graded(e["diagonal_side_match"], 1 - th["miss_tol"], th["partly_min"])
+
+    return judge(claim, "synthetic", units, effects, decide, BOUNDARY_TRAINED, over="lab runs (seeds within settings)",
+                 min_units=MIN_RUNS, fractions=tuple(BOUNDARY_TRAINED), evidence=extra,
+                 strata=runs["setting"].to_numpy(str), seed=seed)  # fmt: skip
 
 
 def eviction_table(losses: dict[str, np.ndarray]) -> pd.DataFrame:

@@ -252,3 +252,33 @@ def cost_regimes_theory(config: ReproduceConfig, out: Path) -> dict[str, pd.Data
             tables[name].to_parquet(staging / f"regimes_{name}.parquet", index=False)
     write_key(directory, key)
     return tables
+
+
+def boundary_lab(config: ReproduceConfig, out: Path) -> dict:
+    """The lab trained on both sides of the predicted cost boundary (`synthetic.boundary_runs`, its settings, seeds
+    and steps), in `out/regimes-boundary/` and reused from there when its key matches: `{"runs": table}`, or
+    `{"reason": why not}` (like the regime map, not trained under `--quick` or with `regimes=False`; trained also
+    with `--regimes-from`, which reads the regime map only)."""
+    from sinkscope.synthetic.boundary_runs import (
+        BOUNDARY_SEEDS,
+        BOUNDARY_SETTINGS,
+        BOUNDARY_STEPS,
+        run_boundary,
+    )
+
+    key = {"section": "regimes-boundary", "settings": [[s.vocab_size, s.contexts, s.width] for s in BOUNDARY_SETTINGS],
+           "seeds": list(BOUNDARY_SEEDS), "steps": BOUNDARY_STEPS, "version": 1}  # fmt: skip
+    directory = out / "regimes-boundary"
+    if is_fresh(directory, key):
+        log(f"regimes: trained cost boundary: reusing {directory}")
+        return {"runs": pd.read_parquet(directory / "boundary_runs.parquet")}
+    if config.quick or not config.regimes:
+        return {"reason": "the lab is not trained on the cost boundary under --quick nor with regimes=False (12 "
+                "small models, a few CPU-minutes); run without them"}  # fmt: skip
+    n = len(BOUNDARY_SETTINGS) * len(BOUNDARY_SEEDS)
+    log(f"regimes: training {n} bigram-backcopy models across the predicted cost boundary")
+    with swapped_directory(directory) as staging:
+        runs = run_boundary(staging / "runs", progress=lambda line: log(f"regimes: boundary: {line}"))
+        runs.to_parquet(staging / "boundary_runs.parquet", index=False)
+    write_key(directory, key)
+    return {"runs": runs}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 MIN_WINDOWS = 8  # windows a per-window verdict needs
 MIN_DRAWS = 20  # random draws an ablation's control needs
+MIN_RUNS = 6  # trained lab runs (settings × seeds) a lab verdict needs
 MIN_HEADS = 20  # heads a per-head fraction needs
 MIN_LAYERS = 4  # middle layers the certificates need
 MIN_CONTROLS = 20  # random context tokens the certificates need

@@ -23,6 +23,7 @@ section whose key matches is read back instead of recomputed, so a rerun only do
     theory/cost-regimes/    the predicted sink/diagonal cost boundary beside the exact costs (`experiment_sections`)
     MODEL/evict/, dense/, prevalence/, switch-assumptions/   issue 36's experiments (`experiment_sections`)
     regimes/                bigram-backcopy regime runs (when available)
+    regimes-boundary/       the lab trained on both sides of the predicted cost boundary (`experiment_sections`)
     tables/*.csv, verdicts.json, report.md, report.html
 """
 
@@ -43,8 +44,8 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     from sinkscope.corpus.sources import check_source
     from sinkscope.reproduction.claim_texts import with_claim_text
     from sinkscope.reproduction.cost_section import cost_theory
-    from sinkscope.reproduction.experiment_claims import cost_boundary_verdict
-    from sinkscope.reproduction.experiment_sections import cost_regimes_theory
+    from sinkscope.reproduction.experiment_claims import cost_boundary_trained_verdict, cost_boundary_verdict
+    from sinkscope.reproduction.experiment_sections import boundary_lab, cost_regimes_theory
     from sinkscope.reproduction.judge import judge_model, judge_theory
     from sinkscope.reproduction.plan import model_opener, model_plan, walk
     from sinkscope.reproduction.regime_section import regime_runs
@@ -70,7 +71,9 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         evidence[name] = tables
         reused[name], seconds[name] = walked.reused, walked.seconds
     regimes = regime_runs(config, out)  # last: it trains small models, the slowest part on a busy machine
-    verdicts = [*judge_theory(theory, regimes), cost_boundary_verdict(**boundary, seed=config.seed), *verdicts]
+    trained = boundary_lab(config, out)
+    verdicts = [*judge_theory(theory, regimes), cost_boundary_verdict(**boundary, seed=config.seed),
+                cost_boundary_trained_verdict(trained.get("runs"), trained.get("reason", ""), config.seed), *verdicts]
     summary = {
         "config": config.to_dict(),
         "verdicts": [with_claim_text(v.to_dict()) for v in verdicts],
@@ -80,6 +83,9 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         "regimes": {k: v for k, v in regimes.items() if k != "cells"},
     }
     log("writing the report")
-    write_reports(out, summary, evidence, theory, regimes, {"cost_regimes": boundary["geometry"]})
+    extra = {"cost_regimes": boundary["geometry"], "cost_regimes_vocabulary": boundary["vocabulary"]}
+    if "runs" in trained:
+        extra["cost_boundary_trained"] = trained["runs"]
+    write_reports(out, summary, evidence, theory, regimes, extra)
     log(f"done in {time.perf_counter() - started:.0f} s: {out / 'report.html'}")
     return summary

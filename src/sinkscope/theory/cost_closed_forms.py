@@ -125,6 +125,15 @@ def wendel_probability(T: int, d: int) -> float:
     return math.fsum(math.comb(T - 1, k) for k in range(min(d, T))) / 2 ** (T - 1)
 
 
+def predicted_winner(T: int, rank: int) -> str:
+    """Figure 3's predicted cheaper pattern for T contexts of rank r: "diagonal" where Wendel's P(H1) < ½ (the
+    sink is usually infeasible: low rank, long context), "sink" where r ≥ T + 1 (orthonormal-like: the closed
+    forms `κT/√(T+1)` < `κ Σ √(i/(i+1))`), else "undecided"."""
+    if wendel_probability(T, rank) < 0.5:
+        return "diagonal"
+    return "sink" if rank >= T + 1 else "undecided"
+
+
 def _gbb_queries(V: int, K: int) -> int:
     _check_positive_int("V", V)
     if int(K) != K or not 0 <= K < V:
