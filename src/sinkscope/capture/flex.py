@@ -132,8 +132,35 @@ def _kernels(device_type: str) -> tuple[Callable, Callable, Callable]:
 
 @functools.cache
 def _row_constants(seq_len: int, device: str) -> tuple[Tensor, Tensor]:
-    """The entropy weights `w_t = 1/log(t+1)` (`w_0 = 0`), float64, and the mask `t ≥ 1` (float32), per T."""
-    return entropy_weights(0, seq_len, device), (torch.arange(seq_len, device=device) >= 1).float()
+    """The entropy weights `w_t = 1/log(t+1)` (`w_0 = 0`), float64, and the (T, 3) float32 factors of the entries
+    `A[t,0]`, `A[t,t]`, `A[t,t−1]`: 1, 1 and `t ≥ 1` (row 0 has no previous key), per T."""
+    factors = torch.ones(seq_len, 3, device=device)
+    factors[0, 2] = 0.0
+    return entropy_weights(0, seq_len, device), factors
+
+
+@functools.cache
+def _kv_heads(heads: int, group: int, device: str) -> Tensor:
+    """The kv head `h // group` of every query head h (made once per layout)."""
+    return torch.arange(heads, device=device) // group
+
+
+@functools.cache
+def _row_keys(seq_len: int, centred: bool, device: str) -> Tensor:
+    """Which rows of `[k_0 … k_{T−1}, ō_0 … ō_{T−1}, k̄]` the packed logits of query t read, (T·n,) in row order:
+    `k_0`, `k_t`, `k_{t−1}` (`k_0` at t = 0, whose entry `unpack_rows` zeroes) and, with centred keys, `k̄` and
+    `ō_t` (n = 5; else n = 3)."""
+    t = torch.arange(seq_len, device=device)
+    picked = [torch.zeros_like(t), t, (t - 1).clamp(min=0)]
+    if centred:
+        picked += [torch.full_like(t, 2 * seq_len), seq_len + t]
+    return torch.stack(picked, -1).view(-1)
+
+
+@functools.cache
+def _x_column(device: str) -> Tensor:
+    """(5,) booleans: which packed logit with centred keys is `x_t = s q_t·k̄`."""
+    return torch.arange(5, device=device) == 3
 
 
 def flex_parts(
@@ -154,10 +181,11 @@ def flex_parts(
     `window`: sliding-window attention (query t sees keys `t − window < j ≤ t`); `mask`: a boolean attention mask
     (B or 1, 1, T, T), True = attend (padding; `capture.flex_masks`); `softcap`: logits `c·tanh(S/c)`; `sinks`
     (H,): learned sink logits σ_h (the packed rows then carry `log(1 − m_t)`, `learned_sink_mass` reads `m_t`);
-    `precision`: "exact" or "model" (module doc). Besides the kernels, a few dozen tensor operations per layer
-    (each a kernel launch on an accelerator): the four logits `S[t,0]`, `S[t,t]`, `S[t,t−1]` and `s q_t·k̄` come
-    from one product of q with the keys of each row stacked, `[k_0, k_t, k_{t−1}, k̄]`; turning the packed
-    numbers into `AttentionReadout` (`unpack_rows`) waits until every layer's are stacked.
+    `precision`: "exact" or "model" (module doc). Besides the kernels, about twenty tensor operations per layer
+    (each a kernel launch on an accelerator, views aside): the logits `S[t,0]`, `S[t,t]`, `S[t,t−1]` (and with
+    centred keys `s q_t·k̄`, `s q_t·ō_t`) come from one product of q with the rows of each query picked out of one
+    stacked source; turning the packed numbers into `AttentionReadout` (`unpack_rows`) waits until every layer's
+    are stacked.
     """
     B, H, T, D = query.shape
     KV, Dv = key.shape[1], value.shape[-1]
@@ -168,61 +196,62 @@ def flex_parts(
     window = None if window is None or window >= T else window
     causal, anti_causal, hidden = flex_masks(T, query.device, window, mask, B)
     forward, log_column_sums, log_entropies = _kernels(query.device.type)
-    k_mean = k.mean(2, keepdim=True)  # (B, KV, 1, D)
+    keys = k_in.index_select(1, _kv_heads(H, group, str(query.device)))  # (B, H, T, D): each query head's keys
     by_centred_keys = exact and softcap is None  # the entropy from call 1's extra columns, else from call 3
-    mixed, lse = forward(q_in, k_in, torch.cat([v_in, k - k_mean], -1) if by_centred_keys else v_in, scaling,
-                         causal, softcap)  # fmt: skip
+    if by_centred_keys:
+        k_mean = keys.mean(2, keepdim=True)  # (B, H, 1, D): k̄, the same within a kv group
+        v_in = torch.cat([v_in, k - k_mean[:, ::group]], -1)
+    mixed, lse = forward(q_in, k_in, v_in, scaling, causal, softcap)
     out = mixed[..., :Dv].float()
     norm = lse if sinks is None else torch.logaddexp(lse, sinks.float().view(1, H, 1))  # L_t
-    keys = k_in.unsqueeze(2).expand(B, KV, group, T, D).reshape(B, H, T, D)  # kv head of every query head
     log_columns = log_column_sums(keys, q_in, norm, scaling, anti_causal, softcap)
-    # Row t's keys [k_0, k_t, k_{t−1}, k̄] (k_{−1} = 0, its entry masked in `unpack_rows`), (B, KV, 1, T, 4, D).
-    row_keys = torch.stack([k[:, :, :1].expand(B, KV, T, D), k, F.pad(k, (0, 0, 1, 0))[:, :, :T],
-                            k_mean.expand(B, KV, T, D)], 3).unsqueeze(2)  # fmt: skip
-    q_scaled = (q * scaling).view(B, KV, group, T, 1, D)
-    logits = (q_scaled * row_keys).sum(-1).view(B, H, T, 4)  # s q_t·[k_0, k_t, k_{t−1}, k̄]
+    # Query t's rows [k_0, k_t, k_{t−1}(, k̄, ō_t)], picked from one source (B, H, T, 3 or 5, D), times s q_t.
+    source = torch.cat([keys, mixed[..., Dv:], k_mean], 2) if by_centred_keys else keys.float()
+    rows = source.index_select(2, _row_keys(T, by_centred_keys, str(query.device))).view(B, H, T, -1, D)
+    logits = ((q * scaling).unsqueeze(3) * rows).sum(-1)  # s q_t·[k_0, k_t, k_{t−1}(, k̄, ō_t)]
     if softcap is not None:
         logits = _capped(logits, softcap)
     if hidden is not None:  # keys the query does not see: logit −∞, entry exp(−∞ − L) = 0
-        logits = logits.masked_fill(hidden, -torch.inf)
-    if by_centred_keys:  # Σ_j A' S = s q_t·k̄ + s q_t·ō_t; mixed logit in float32, differences in float64 later
-        centre, mixed_logit = logits[..., 3], torch.linalg.vecdot(q_scaled.view(B, H, T, D), mixed[..., Dv:])
-    else:  # Σ_j A' S' = lse_t − H'_t
-        centre, mixed_logit = lse, -log_entropies(q_in, k_in, lse, scaling, causal, softcap).exp()
+        logits = logits.masked_fill(hidden[..., : logits.shape[-1]], -torch.inf)
+    # Σ_j A' S' = x_t + y_t: s q_t·k̄ + s q_t·ō_t (in `logits`; differences in float64 later), else lse_t − H'_t
+    x_and_y = [] if by_centred_keys else [lse, -log_entropies(q_in, k_in, lse, scaling, causal, softcap).exp()]
+    if mask is not None:  # a query that sees no key (lse −∞): a row of zeros, not NaN (x_t and L_t set to 0)
+        empty = lse == -torch.inf
+        norm = norm.masked_fill(empty, 0.0)
+        if by_centred_keys:
+            logits = logits.masked_fill(empty.unsqueeze(-1) & _x_column(str(query.device)), 0.0)
+        else:
+            x_and_y[0] = lse.masked_fill(empty, 0.0)
     extra = []
     if sinks is not None:  # log(1 − m_t) = lse_t − L_t, without the cancellation
         log_kept = -F.softplus(sinks.float().view(1, H, 1) - lse)
         out = out * log_kept.exp().unsqueeze(-1)
         extra = [log_kept]
-    if mask is not None:  # a query that sees no key (lse −∞): a row of zeros, not NaN
-        empty = lse == -torch.inf
-        norm, centre = norm.masked_fill(empty, 0.0), centre.masked_fill(empty, 0.0)
-    parts = torch.cat([logits[..., :3], torch.stack([centre, norm, mixed_logit, log_columns, out.norm(dim=-1),
-                                                     *extra], -1)], -1)  # fmt: skip
+    parts = torch.cat([logits, torch.stack([*x_and_y, norm, log_columns, out.norm(dim=-1), *extra], -1)], -1)
     return out.transpose(1, 2).to(query.dtype).contiguous(), PackedReadout(parts, unpack_rows)
 
 
-PACKED = ("S'[t,0]", "S'[t,t]", "S'[t,t-1]", "x_t", "L_t", "y_t", "log c_t", "||o_t||")
+PACKED = ("S'[t,0]", "S'[t,t]", "S'[t,t-1]", "x_t", "y_t", "L_t", "log c_t", "||o_t||")
 """What `flex_parts` packs for each head and query row, in this order (float32), and with a learned sink a ninth,
-`log(1 − m_t)`: the entry logits, the row normaliser `L_t`, and `x_t`, `y_t` with `Σ_j A'[t,j] S'[t,j] = x_t + y_t`
-(`s q_t·k̄` and `s q_t·ō_t`, or `lse_t` and `−H'_t`; module doc)."""
+`log(1 − m_t)`: the entry logits, `x_t`, `y_t` with `Σ_j A'[t,j] S'[t,j] = x_t + y_t` (`s q_t·k̄` and `s q_t·ō_t`,
+or `lse_t` and `−H'_t`; module doc) and the row normaliser `L_t`."""
 
 
 def unpack_rows(parts: Tensor) -> AttentionReadout:
     """`AttentionReadout` from packed rows (..., B, H, T, 8 or 9) of `flex_parts`, leading dimensions (layers) kept:
     `A[t,j] = exp(S'[t,j] − L_t)` for j = 0, t, t−1 (0 at t = 0), `c_t = exp(log c_t)` and the entropy sum
     `Σ_t w_t (1 − m_t)((L_t − x_t) − y_t)` in float64 (module doc)."""
-    weights, not_first = _row_constants(parts.shape[-2], str(parts.device))
-    lse = parts[..., 4]
-    entries = torch.exp(parts[..., :3] - lse.unsqueeze(-1))
-    row_entropy = (lse.double() - parts[..., 3].double()) - parts[..., 5].double()
-    if parts.shape[-1] > len(PACKED):  # a learned sink: the real keys hold 1 − m_t of the row
-        row_entropy = row_entropy * parts[..., 8].double().exp()
+    weights, factors = _row_constants(parts.shape[-2], str(parts.device))
+    sink, diag, prev = (torch.exp(parts[..., :3] - parts[..., 5:6]) * factors).unbind(-1)
+    x, y, lse, log_columns, _, *log_kept = parts[..., 3:].double().unbind(-1)
+    row_entropy = (lse - x) - y
+    if log_kept:  # a learned sink: the real keys hold 1 − m_t of the row
+        row_entropy = row_entropy * log_kept[0].exp()
     return AttentionReadout(
-        sink=entries[..., 0],
-        diag=entries[..., 1],
-        prev=entries[..., 2] * not_first,
-        columns=parts[..., 6].double().exp(),
+        sink=sink,
+        diag=diag,
+        prev=prev,
+        columns=log_columns.exp(),
         entropy=(row_entropy * weights).sum(-1),
         out_norms=parts[..., 7],
     )

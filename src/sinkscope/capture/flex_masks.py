@@ -1,8 +1,8 @@
 """The masks of the flex path (`capture.flex`): which keys each query sees, in call 1 and in the transposed call 2.
 
 Three forms, each as a pair of flex block masks (call 1: query t sees key j; call 2: key k sees query t, the same
-relation transposed) and, for the four logits `flex_parts` packs per row (`S[t,0]`, `S[t,t]`, `S[t,t−1]`,
-`s q_t·k̄`), which of them name a key the query does not see (their entry `A[t,j]` is then 0):
+relation transposed) and, for the logits `flex_parts` packs per row (`S[t,0]`, `S[t,t]`, `S[t,t−1]` and with centred
+keys `s q_t·k̄`, `s q_t·ō_t`), which of them name a key the query does not see (their entry `A[t,j]` is then 0):
 
 - plain causal attention: `j ≤ t`;
 - a sliding window (Gemma-2/3's local layers, transformers' `sliding_window`): `0 ≤ t − j < W`;
@@ -58,18 +58,18 @@ def _block_masks(seq_len: int, device: str, window: int | None = None) -> tuple[
 
 @functools.cache
 def _outside_window(seq_len: int, window: int, device: str) -> Tensor:
-    """(T, 4) booleans: which of the packed logits `S[t,0]`, `S[t,t]`, `S[t,t−1]`, `s q_t·k̄` name a key outside
-    query t's window (key 0 for t ≥ window; key t−1 everywhere when the window is 1)."""
+    """(T, 5) booleans: which of the packed logits `S[t,0]`, `S[t,t]`, `S[t,t−1]`, `s q_t·k̄`, `s q_t·ō_t` name a
+    key outside query t's window (key 0 for t ≥ window; key t−1 everywhere when the window is 1)."""
     rows = torch.arange(seq_len, device=device)
-    outside = torch.zeros(seq_len, 4, dtype=torch.bool, device=device)
+    outside = torch.zeros(seq_len, 5, dtype=torch.bool, device=device)
     outside[:, 0] = rows >= window
     outside[:, 2] = window < 2
     return outside
 
 
 def _tensor_masks(mask: Tensor, batch: int) -> tuple[object, object, Tensor]:
-    """Block masks of call 1 and call 2 from a boolean mask `M` (B or 1, 1, T, T), and the (B, 1, T, 4) booleans
-    of the packed logits whose key query t does not see (`~M[b,0,t,j]` for j = 0, t, t−1; k̄ always seen)."""
+    """Block masks of call 1 and call 2 from a boolean mask `M` (B or 1, 1, T, T), and the (B, 1, T, 5) booleans
+    of the packed logits whose key query t does not see (`~M[b,0,t,j]` for j = 0, t, t−1; k̄ and ō_t always seen)."""
     T = mask.shape[-1]
     allowed = mask.expand(batch, 1, T, T)
 
@@ -82,7 +82,8 @@ def _tensor_masks(mask: Tensor, batch: int) -> tuple[object, object, Tensor]:
     build = _flex_module.create_block_mask
     rows = allowed[:, 0]  # (B, T, T)
     previous = torch.cat([rows.new_zeros(batch, 1), rows.diagonal(-1, -2, -1)], -1)  # M[t,t−1]; none at t = 0
-    seen = torch.stack([rows[..., 0], rows.diagonal(0, -2, -1), previous, torch.ones_like(previous)], -1)
+    always = torch.ones_like(previous)
+    seen = torch.stack([rows[..., 0], rows.diagonal(0, -2, -1), previous, always, always], -1)
     return (build(visible, batch, None, T, T, device=mask.device),
             build(transposed, batch, None, T, T, device=mask.device), ~seen.unsqueeze(1))  # fmt: skip
 
