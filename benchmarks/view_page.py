@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path[:0] = [str(ROOT / "tests" / "browser"), str(ROOT / "tests")]  # conftest imports integration.*
 from conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (the browser tests' Chromium and flags)
 from sinkscope.explorer.page import view  # noqa: E402
 from sinkscope.models.load import load_model  # noqa: E402

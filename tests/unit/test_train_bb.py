@@ -16,7 +16,7 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic.bigram_backcopy import GBBTask
 from sinkscope.synthetic.evaluation import METRIC_COLUMNS, evaluate
 from sinkscope.synthetic.experiments import run_grid
-from sinkscope.synthetic.regimes import CELL_COLUMNS, REGIME_COLUMNS, RegimeGrid, run_regimes
+from sinkscope.synthetic.regimes import CELL_COLUMNS, REGIME_COLUMNS, RegimeGrid, regime_jobs, run_regimes
 from sinkscope.synthetic.summary import PATTERNS
 from sinkscope.synthetic.train import RunConfig, learning_rate, load_trained_model, train_bb
 
@@ -148,3 +148,22 @@ def test_tiny_regime_map_writes_the_documented_columns(tmp_path: Path) -> None:
     assert config["model"]["init"] == "torch" and config["task"]["bos"] is True
     with pytest.raises(SinkscopeError, match="3 distinct seeds"):
         RegimeGrid(inits=("gpt2",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1), steps=2)
+
+
+def test_a_union_of_grids_maps_each_cell_once_with_its_own_grid(tmp_path: Path) -> None:
+    """Two grids sharing one cell: the union has each cell once (4 here), the shared one with the first grid's steps
+    and seeds; every other cell with its own grid's seeds, steps and run dirs."""
+    first = RegimeGrid(inits=("gpt2",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1, 2),
+                       steps=1)
+    second = RegimeGrid(inits=("gpt2", "torch"), bos=(True, False), weight_decays=(0.0,), variants=("softmax",),
+                        seeds=(3, 4, 5), steps=2)
+    cells, jobs = regime_jobs(RunConfig().with_overrides(TINY), (first, second), tmp_path)
+    assert list(cells) == ["gpt2_bos_wd0_softmax", "gpt2_nobos_wd0_softmax", "torch_bos_wd0_softmax",
+                           "torch_nobos_wd0_softmax"]
+    assert [(cell, seed) for cell, seed, _, _ in jobs[:6]] == [
+        ("gpt2_bos_wd0_softmax", 0), ("gpt2_bos_wd0_softmax", 1), ("gpt2_bos_wd0_softmax", 2),
+        ("gpt2_nobos_wd0_softmax", 3), ("gpt2_nobos_wd0_softmax", 4), ("gpt2_nobos_wd0_softmax", 5)]
+    assert len(jobs) == 12 and [config.train.steps for _, _, config, _ in jobs] == [1] * 3 + [2] * 9
+    assert [(config.train.seed, config.task.bos, config.model.init) for _, _, config, _ in jobs[2:4]] == [
+        (2, True, "gpt2"), (3, False, "gpt2")]
+    assert jobs[4][3] == tmp_path / "runs" / "gpt2_nobos_wd0_softmax" / "seed_4"

@@ -9,7 +9,7 @@ writes, in `out_dir`:
 - `switch_costs.parquet`: what each way of switching off costs, per variant, cell and pattern, at equal task
   accuracy, with 95% intervals over seeds (`switch_costs.switch_cost_table`);
 - `figures/phase_diagram.png` and `figures/wqk_costs.png` (`regime_figures`);
-- `regimes.json`: the base config and the grid.
+- `regimes.json`: the base config and the grid (a list of grids for a union, `run_regimes`).
 Runs whose folder already holds a `summary.json` are reused unless `overwrite`, so an interrupted map resumes.
 """
 
@@ -190,6 +190,28 @@ def cell_table(rows: pd.DataFrame, predictions: dict[str, float]) -> pd.DataFram
     return pd.DataFrame(out, columns=list(CELL_COLUMNS))
 
 
+Job = tuple[str, int, RunConfig, Path]  # (cell, seed, run config, run dir)
+
+
+def regime_jobs(
+    base: RunConfig, grids: tuple[RegimeGrid, ...], out_dir: Path
+) -> tuple[dict[str, tuple[str, dict[str, Any]]], list[Job]]:
+    """The union of the grids' cells (name → (init label, overrides); a cell named twice keeps its first grid) and
+    one job per cell and seed of its grid, run dir `out_dir/runs/<cell>/seed_<s>`; every config is validated here,
+    before any training."""
+    cells: dict[str, tuple[str, dict[str, Any]]] = {}
+    jobs: list[Job] = []
+    for grid in grids:
+        for cell, (init, overrides) in grid.cells().items():
+            if cell in cells:
+                continue
+            cells[cell] = (init, overrides)
+            for seed in grid.seeds:
+                run_config = base.with_overrides({**overrides, "train.seed": seed, "train.threads": 1})
+                jobs.append((cell, seed, run_config, out_dir / "runs" / cell / f"seed_{seed}"))
+    return cells, jobs
+
+
 def _train_one(config: RunConfig, run_dir: Path) -> dict[str, Any]:
     return train_bb(config, run_dir, overwrite=True, log=False)
 
@@ -204,7 +226,7 @@ def run_regimes(
     config: RunConfig | None = None,
     out_dir: Path | str = "runs/regimes",
     quick: bool = False,
-    grid: RegimeGrid | None = None,
+    grid: RegimeGrid | tuple[RegimeGrid, ...] | None = None,
     overwrite: bool = False,
     workers: int = 1,
     progress: Callable[[str], None] | None = None,
@@ -212,24 +234,22 @@ def run_regimes(
     """Train the regime map and write its outputs (module doc); returns regimes.parquet's table.
 
     `config`: the base run (default `RunConfig()` with `REGIME_BASE`); the grid overrides init, BOS, weight decay,
-    attention and steps on top of it. `grid`: default `QUICK_GRID` if `quick` else `FULL_GRID`. `workers`: runs
-    trained at once, each in its own process with one thread. `progress` receives one line per finished run.
+    attention and steps on top of it. `grid`: default `QUICK_GRID` if `quick` else `FULL_GRID`; a tuple of grids maps
+    the union of their cells (each with its own grid's seeds and steps; a cell named twice keeps its first grid), so
+    a map can add e.g. one weight decay for a few cells only. `workers`: runs trained at once, each in its own
+    process with one thread. `progress` receives one line per finished run.
     """
     base = config if config is not None else RunConfig().with_overrides(REGIME_BASE)
     grid = grid if grid is not None else (QUICK_GRID if quick else FULL_GRID)
+    grids = grid if isinstance(grid, tuple) else (grid,)
     if workers < 1:
         raise SinkscopeError(f"regime workers={workers}: use at least 1")
     out_dir = Path(out_dir)
-    cells = grid.cells()
-    jobs = []  # (cell, seed, config, run_dir), all configs validated before any training
-    for cell, (_, overrides) in cells.items():
-        for seed in grid.seeds:
-            run_config = base.with_overrides({**overrides, "train.seed": seed, "train.threads": 1})
-            jobs.append((cell, seed, run_config, out_dir / "runs" / cell / f"seed_{seed}"))
+    cells, jobs = regime_jobs(base, grids, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    recorded = [{k: list(v) if isinstance(v, tuple) else v for k, v in one.__dict__.items()} for one in grids]
     (out_dir / "regimes.json").write_text(json.dumps(
-        {"base": base.to_dict(), "grid": {k: list(v) if isinstance(v, tuple) else v
-                                          for k, v in grid.__dict__.items()}}, indent=2))
+        {"base": base.to_dict(), "grid": recorded[0] if len(recorded) == 1 else recorded}, indent=2))
     summaries: dict[tuple[str, int], dict[str, Any]] = {}
     todo = []
     for cell, seed, run_config, run_dir in jobs:
