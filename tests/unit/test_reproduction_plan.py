@@ -75,3 +75,15 @@ def test_the_plan_orders_the_sections_and_the_ablations_carry_the_first_analysis
 
 def _overrides(config):
     return dict(models=config.models, corpora=config.corpora)
+
+
+def test_the_full_plan_ends_with_the_ablations_sensitivity_passes_and_quick_has_none(tmp_path):
+    config = ReproduceConfig.preset(False, models=("tiny",), ablation_windows=8, random_draws=20)
+    plan = model_plan("tiny", config, tmp_path)
+    last = plan.in_order()[-1]
+    assert last is plan.ablation_sensitivity and last.directory.name == "ablate-sensitivity"
+    assert last.key["draws"] == config.sensitivity_draws == 5 and last.key["scales"] == [0.5, 2.0]
+    assert last.key["scores"] == plan.analyses["builtin:prose"].key and last.key["fraction"] == 0.1
+    quick = model_plan("tiny", ReproduceConfig.preset(True, models=("tiny",)), tmp_path)
+    assert quick.ablation_sensitivity is None
+    assert "ablate-sensitivity" not in [section.directory.name for section in quick.in_order()]

@@ -211,3 +211,75 @@ def test_the_ablations_depend_on_the_number_of_draws():
     assert _moved(result, "n_draws"), result.reason
     fixed = {r["threshold"] for r in result.sensitivity if r["verdict"] is None}
     assert fixed == {"n_draws", "head_fraction", "sink_query_delta"}
+
+
+# --- the ablations' own thresholds: head fraction and sink-query δ, from the sensitivity passes -------------------
+
+
+def _variant(selected: float, control: float, W: int = 8, D: int = 5, n_heads: int = 4) -> dict:
+    """One re-measured ablation: every window's Δloss `selected`, every control draw `control` (ratio sel/control)."""
+    grid = np.full((W, D), control) * (1 + 0.01 * np.arange(D))  # draws differ a little
+    return {"selected": np.full(W, selected), "same_heads": grid, "random": grid, "layer_matched": grid,
+            "n_heads": np.array(n_heads)}  # fmt: skip
+
+
+def _flat(claim: str, variants: dict) -> dict:
+    """The section's flat arrays (`ablation_variants`: CLAIM__THRESHOLD__SCALE__NAME)."""
+    return {f"{claim}__{name}__{scale:g}__{key}": value for (name, scale), data in variants.items()
+            for key, value in data.items()}  # fmt: skip
+
+
+def test_the_sink_ablation_depends_on_the_head_fraction_when_the_larger_set_costs_more():
+    """At 10 % the sink-query ablation costs 0.2 of its controls (supported); the 20 % set costs 1.5 times its
+    controls (not supported), the 5 % set 0.1 (supported): `partly`, depends on head_fraction."""
+    W = 8
+    control = np.ones((W, 20))
+    variants = {("head_fraction", 0.5): _variant(0.1, 1.0), ("head_fraction", 2.0): _variant(1.5, 1.0),
+                ("sink_query_delta", 0.5): _variant(0.2, 1.0), ("sink_query_delta", 2.0): _variant(0.2, 1.0)}  # fmt: skip
+    result = sink_ablation_verdict(M, np.full(W, 0.2), control, control, variants=variants)
+    assert _moved(result, "head_fraction") and not _moved(result, "sink_query_delta"), result.reason
+    records = {(r["threshold"], r["scale"]): r for r in result.sensitivity}
+    assert records[("head_fraction", 2.0)]["value"] == pytest.approx(0.2)
+    assert records[("head_fraction", 2.0)]["verdict"] == N and records[("head_fraction", 0.5)]["verdict"] == S
+    assert result.evidence["variants"]["head_fraction×2"]["ratio"] == pytest.approx(1.5 / 1.02, rel=0.02)
+    assert result.evidence["variants"]["head_fraction×2"]["draws"] == 5
+    base = sink_ablation_verdict(M, np.full(W, 0.2), control, control)
+    assert base.verdict == S  # without the passes the fraction cannot move it (recorded as not varied)
+
+
+def test_the_sink_ablation_depends_on_the_sink_query_delta():
+    """δ = 0.05 picks queries whose zeroing costs 0.8 of the controls (partly) where δ = 0.1 gives 0.2."""
+    W = 8
+    control = np.ones((W, 20))
+    variants = {("head_fraction", 0.5): _variant(0.2, 1.0), ("head_fraction", 2.0): _variant(0.2, 1.0),
+                ("sink_query_delta", 0.5): _variant(0.8, 1.0), ("sink_query_delta", 2.0): _variant(0.2, 1.0)}  # fmt: skip
+    result = sink_ablation_verdict(M, np.full(W, 0.2), control, control, variants=variants)
+    assert _moved(result, "sink_query_delta") and not _moved(result, "head_fraction"), result.reason
+    record = next(r for r in result.sensitivity if (r["threshold"], r["scale"]) == ("sink_query_delta", 0.5))
+    assert record["value"] == pytest.approx(0.05) and record["verdict"] == P
+
+
+def test_the_dormant_heads_depend_on_the_head_fraction_through_the_judge():
+    """The judge reads the section's flat arrays: the 5 % dormant set costs as much as its controls (ratio 1.2),
+    the 10 % and 20 % sets a fifth of theirs: `partly`, depends on head_fraction; one scale missing is recorded as
+    not varied at that scale only."""
+    def row(selection: str, delta: np.ndarray, k: int) -> dict:
+        return {"mode": "zero", "selection": selection, "n_heads": 4, "heads": "", "fraction": 0.1, "seed": k,
+                "base_loss": 3.0, "delta_loss": delta.mean(), "delta_sem": 0.0, "n_windows": 8,
+                "window_delta": delta.tolist()}  # fmt: skip
+
+    draws = [np.full(8, 1.0 + 0.01 * k) for k in range(20)]
+    table = pd.DataFrame([row("lowest-ahon-ln", np.full(8, 0.2), -1), *[row("random", d, k) for k, d in enumerate(draws)],
+                          *[row(LAYER_MATCHED, d, k) for k, d in enumerate(draws)]])  # fmt: skip
+    heads = pd.DataFrame({"ahon_ln": np.linspace(0, 1, 36)})
+    (base,) = ablation_verdicts(M, "c", table, heads, seed=0)
+    assert base.verdict == S, base.reason  # 0.2 / 1.1 against both controls
+    flat = _flat("dormant_heads", {("head_fraction", 0.5): _variant(1.2, 1.0), ("head_fraction", 2.0): _variant(0.2, 1.0)})
+    (result,) = ablation_verdicts(M, "c", table, heads, seed=0, variants=flat)
+    assert _moved(result, "head_fraction"), result.reason
+    half = next(r for r in result.sensitivity if (r["threshold"], r["scale"]) == ("head_fraction", 0.5))
+    assert half["verdict"] == N and half["value"] == pytest.approx(0.05)
+    only_half = {k: x for k, x in flat.items() if "__2__" not in k}
+    (partial,) = ablation_verdicts(M, "c", table, heads, seed=0, variants=only_half)
+    double = next(r for r in partial.sensitivity if (r["threshold"], r["scale"]) == ("head_fraction", 2.0))
+    assert double["verdict"] is None and "ablate-sensitivity" in double["not_varied"]

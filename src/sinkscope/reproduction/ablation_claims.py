@@ -6,12 +6,21 @@ claims' words in `reproduction.claim_texts`, the minima in `reproduction.minima`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from sinkscope.reproduction.ablation_variants import Variants
 from sinkscope.reproduction.minima import MIN_DRAWS, MIN_WINDOWS
-from sinkscope.reproduction.verdicts import NOT_MEASURABLE, NOT_SUPPORTED, PARTLY, SUPPORTED, Verdict, judge
+from sinkscope.reproduction.verdicts import (
+    NOT_MEASURABLE,
+    NOT_SUPPORTED,
+    PARTLY,
+    SCALES,
+    SUPPORTED,
+    Verdict,
+    judge,
+)
 
 ABLATION = {"supported_ratio": 0.5, "partly_ratio": 1.0}
 
@@ -29,22 +38,44 @@ def _decide_ratio(e, th) -> str:
 
 
 def ratio_claim(claim: str, model: str, selected: np.ndarray, controls: dict[str, np.ndarray], fixed: dict[str, str],
-                evidence: dict, seed: int = 0) -> Verdict:  # fmt: skip
+                evidence: dict, seed: int = 0, varied: Mapping[str, float] | None = None,
+                variants: Variants | None = None) -> Verdict:  # fmt: skip
     """An ablation claim from per-window Δloss (nats/token): `selected` (W,) the chosen heads ablated, `controls`
     {name: (W, D)} D draws of each control on the same W windows. Ratio per control = mean Δ(selected) / mean
     Δ(control); a control that does not raise the loss leaves its ratio undefined (a failed resample). Effect:
     the larger ratio (the claim must hold against every control). Supported: ≤ `supported_ratio`; partly: <
     `partly_ratio`; else not supported. Interval: windows × draws resampled jointly (both axes). The number of
-    draws enters the sensitivity at half (the first D/2 draws); doubling it needs more draws than were measured,
-    as does another head fraction or sink-query δ (`fixed`, recorded as not varied)."""
+    draws enters the sensitivity at half (the first D/2 draws); doubling it needs more draws than were measured.
+
+    `varied` {threshold: value} names the thresholds the measurement itself applied (the head fraction, the
+    sink-query δ); `variants` {(threshold, scale): {"selected": (W,), control: (W, D')}} holds the same
+    ablation re-measured at that threshold × scale (`reproduction.ablation_variants`). The sensitivity step
+    reads a variant's point ratio when it varies its threshold; a scale without a variant is recorded as not
+    varied (the reason in `fixed[threshold]`)."""
     controls = {name: np.asarray(value, float) for name, value in controls.items()}
     shapes = {value.shape for value in controls.values()}
     if len(shapes) != 1 or len(next(iter(shapes))) != 2:
         raise ValueError(f"{claim}: the controls need one (windows, draws) shape, got {sorted(shapes)}")
     W, D = shapes.pop()
     units = {"selected": np.repeat(np.asarray(selected, float)[:, None], D, 1), **controls}
+    varied, variants = dict(varied or {}), dict(variants or {})
+
+    def measured(u, th):  # the units measured at th's values of the varied thresholds (None: not measured)
+        moved = [(name, round(th[name] / value, 6)) for name, value in varied.items()
+                 if name in th and not math.isclose(th[name], value)]  # fmt: skip
+        if not moved:
+            return u
+        data = variants.get(moved[0])
+        if data is None or len(moved) > 1:
+            return None
+        draws = np.shape(data[next(iter(controls))])[1]
+        return {"selected": np.repeat(np.asarray(data["selected"], float)[:, None], draws, 1),
+                **{name: np.asarray(data[name], float) for name in controls}}  # fmt: skip
 
     def effects(u, th):
+        u = measured(u, th)
+        if u is None:
+            return {"ratio": math.nan}
         n = max(1, int(th["n_draws"]))  # the first n draws (of a resample's draws)
         sel = float(u["selected"][:, 0].mean())
         means = {name: float(u[name][:, :n].mean()) for name in controls}
@@ -56,36 +87,55 @@ def ratio_claim(claim: str, model: str, selected: np.ndarray, controls: dict[str
 
     thresholds = ABLATION | {"n_draws": float(D)}
     fixed = fixed | {"n_draws×2": f"only {D} draws of each control were measured"}
+    for name, value in varied.items():
+        missing = [scale for scale in SCALES if (name, scale) not in variants]
+        if len(missing) < len(SCALES):  # measured at some scale: a threshold of the sensitivity step
+            thresholds[name] = value
+            why = fixed.pop(name, f"{name} was measured at one value only")
+            fixed |= {f"{name}×{scale:g}": why for scale in missing}
+    measured_at = {}  # each variant's point numbers, as evidence beside the sensitivity's verdicts
+    for (name, scale), data in sorted(variants.items()):
+        if name in thresholds:
+            point = effects(units, thresholds | {name: varied[name] * scale})
+            measured_at[f"{name}×{scale:g}"] = point | {"n_heads": int(data["n_heads"]) if "n_heads" in data else None,
+                                                         "draws": int(np.shape(data[next(iter(controls))])[1])}  # fmt: skip
+    evidence = dict(evidence) | ({"variants": measured_at} if measured_at else {})
     return judge(claim, model, units, effects, _decide_ratio, thresholds, over="windows × draws",
                  min_units=(MIN_WINDOWS, MIN_DRAWS), crossed=True, seed=seed, fixed=fixed, evidence=evidence)  # fmt: skip
 
 
 HEAD_FRACTION_FIXED = ("the head fraction ({fraction:.0%} of heads) is fixed by the ablation pass: another fraction "
-                       "needs another set and its controls (1 + 2 × draws loss passes over the windows)")  # fmt: skip
+                       "needs another set and its controls (the sensitivity passes of `ablate-sensitivity/`, "
+                       "not run here: --quick, or a run without that section)")  # fmt: skip
+SINK_QUERY_DELTA_FIXED = ("δ = {delta:g} picks the zeroed sink queries in the sink-query pass: another δ needs "
+                          "another pass (the sensitivity passes of `ablate-sensitivity/`, not run here: --quick, or "
+                          "a run without that section)")  # fmt: skip
 
 
 def sink_ablation_verdict(model: str, selected: np.ndarray, same_heads: np.ndarray, random: np.ndarray,
-                          extra: dict | None = None, seed: int = 0, fraction: float = 0.1, delta: float = 0.1
-                          ) -> Verdict:  # fmt: skip
+                          extra: dict | None = None, seed: int = 0, fraction: float = 0.1, delta: float = 0.1,
+                          variants: Variants | None = None) -> Verdict:  # fmt: skip
     """Claim `sink_ablation` (`ratio_claim`): `selected` the sink-like heads zeroed on their sink queries (A[t,0] ≥
     1 − `delta`); controls `same_heads` (W, D), the same heads zeroed on as many of their non-sink queries (same
     heads, so same layers: the within-layer control), and `random` (W, D), matched random head-and-query
-    sets."""
+    sets. `variants`: the same at head fraction and δ × ½, × 2 (`reproduction.ablation_variants`)."""
     fixed = {"head_fraction": HEAD_FRACTION_FIXED.format(fraction=fraction),
-             "sink_query_delta": f"δ = {delta:g} picks the zeroed sink queries in the sink-query pass: another δ "
-                                 "needs another pass (1 + 2 × draws loss passes)"}  # fmt: skip
+             "sink_query_delta": SINK_QUERY_DELTA_FIXED.format(delta=delta)}  # fmt: skip
     return ratio_claim("sink_ablation", model, selected, {"same_heads": same_heads, "random": random}, fixed,
-                       dict(extra or {}), seed)  # fmt: skip
+                       dict(extra or {}), seed, {"head_fraction": fraction, "sink_query_delta": delta},
+                       variants)  # fmt: skip
 
 
 def dormant_heads_verdict(model: str, selected: np.ndarray, layer_matched: np.ndarray, random: np.ndarray,
-                          extra: dict | None = None, seed: int = 0, fraction: float = 0.1) -> Verdict:  # fmt: skip
+                          extra: dict | None = None, seed: int = 0, fraction: float = 0.1,
+                          variants: Variants | None = None) -> Verdict:  # fmt: skip
     """Claim `dormant_heads` (`ratio_claim`): `selected` (W,) the heads of lowest AHON-LN zeroed; controls
     `layer_matched` (W, D), random head sets with the dormant set's count in every layer (the within-layer
-    comparison: depth cannot stand in for dormancy), and `random` (W, D), random head sets of the same size."""
+    comparison: depth cannot stand in for dormancy), and `random` (W, D), random head sets of the same size.
+    `variants`: the same at head fraction × ½, × 2 (`reproduction.ablation_variants`)."""
     fixed = {"head_fraction": HEAD_FRACTION_FIXED.format(fraction=fraction)}
     return ratio_claim("dormant_heads", model, selected, {"layer_matched": layer_matched, "random": random}, fixed,
-                       dict(extra or {}), seed)  # fmt: skip
+                       dict(extra or {}), seed, {"head_fraction": fraction}, variants)  # fmt: skip
 
 
 DORMANT_AHON_LN = 0.5  # the dormancy cut of the ablation's head set is by rank (lowest 10 %), not by this value

@@ -8,6 +8,7 @@ from pathlib import Path
 from sinkscope.errors import SinkscopeError
 
 DELTA_SCALES = (0.5, 1.0, 2.0)  # the hard-pattern δ at half, once and double (the per-window evidence passes)
+SINK_QUERY_DELTA = 0.1  # the ablations' sink query of a head: A[t,0] ≥ 1 − δ in the clean model
 ANCHOR_CORPORA = ("builtin:prose", "builtin:random", "builtin:repeat")  # Gu et al.'s natural / random / repeated
 
 
@@ -18,7 +19,9 @@ class ReproduceConfig:
     seq_len: T of every analysis (Gu et al.'s sink rate uses T = 64). windows / anchor_windows: windows per main
     corpus (with the §5 smoothing pass) and per anchor corpus. geometry_cap: attention inputs per layer for the
     half-space certificates. ablation_windows, ablation_fraction, random_draws: the head ablations (one
-    fraction of all heads, dormant and sink-like sets against `random_draws` random sets).
+    fraction of all heads, dormant and sink-like sets against `random_draws` random sets); sensitivity_draws: the
+    draws of each control when the ablations are re-measured at the head fraction and sink-query δ × ½ and × 2
+    (the sensitivity step; not under `quick`).
     smoothing_layer_stride: the oversmoothing columns of every stride-th layer (1: all), in the capture pass.
     certificate_windows, certificate_controls: the half-space certificates of the middle layers on every raw
     context token of that many windows of the first corpus (more tokens than the model width), with that many
@@ -38,6 +41,7 @@ class ReproduceConfig:
     ablation_windows: int = 16
     ablation_fraction: float = 0.1
     random_draws: int = 20
+    sensitivity_draws: int = 5
     bos_draws: int = 8
     certificate_windows: int = 24
     certificate_controls: int = 20
@@ -60,8 +64,8 @@ class ReproduceConfig:
             raise SinkscopeError("--corpora needs at least one corpus, e.g. --corpora builtin:prose")
         if self.seq_len < 8:
             raise SinkscopeError(f"--seq-len {self.seq_len} is too short: use at least 8 (Gu et al. use 64)")
-        for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "bos_draws", "cost_windows",
-                     "cost_layer_stride", "smoothing_layer_stride", "certificate_windows",
+        for name in ("windows", "anchor_windows", "ablation_windows", "random_draws", "sensitivity_draws", "bos_draws",
+                     "cost_windows", "cost_layer_stride", "smoothing_layer_stride", "certificate_windows",
                      "certificate_controls"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise SinkscopeError(f"{name} {getattr(self, name)} must be at least 1")

@@ -11,7 +11,8 @@ import pandas as pd
 
 from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction.ablation_claims import dormant_curve, dormant_heads_verdict, sink_ablation_verdict
-from sinkscope.reproduction.config import DELTA_SCALES, ReproduceConfig
+from sinkscope.reproduction.ablation_variants import variant_arrays
+from sinkscope.reproduction.config import DELTA_SCALES, SINK_QUERY_DELTA, ReproduceConfig
 from sinkscope.reproduction.cost_claims import cost_closed_forms_verdict, cost_real_verdict
 from sinkscope.reproduction.experiment_claims import judge_experiments
 from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
@@ -47,7 +48,8 @@ WEIGHT_COLUMNS = ["layer", "head", "qk_sigma1", "qk_nuclear_over_frobenius", "qk
 class Measurements:
     """Everything one model's verdicts are computed from: the analyze runs per corpus, the ablation curve, the
     layer costs, the weight table, the per-window evidence per corpus, the certificates, the p̂/q̂ table, the
-    per-window sink-query ablation and the per-window switch evidence per main corpus."""
+    per-window sink-query ablation, the per-window switch evidence per main corpus, issue 36's experiments and
+    the ablations re-measured at their own thresholds × ½, × 2 (empty under `--quick`)."""
 
     runs: dict
     ablation: pd.DataFrame
@@ -59,6 +61,7 @@ class Measurements:
     sink_queries: dict[str, np.ndarray]
     switch: dict[str, dict[str, np.ndarray]]
     experiments: dict = field(default_factory=dict)  # issue 36's sections by name (`experiment_sections`)
+    ablation_variants: dict[str, np.ndarray] = field(default_factory=dict)  # `reproduction.ablation_variants`
 
 
 def at_delta(array: np.ndarray) -> np.ndarray:
@@ -101,10 +104,11 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
     return [replace(verdict, corpus=corpus) for verdict in out]
 
 
-def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], ablation: pd.DataFrame, seed: int
-                       ) -> Verdict:  # fmt: skip
-    """`sink_ablation`: the sink-like heads zeroed on their sink queries vs the same heads on non-sink queries and
-    matched random head-and-query sets, per window (`reproduction.sink_query`); zeroing them on every query
+def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], ablation: pd.DataFrame, seed: int,
+                       fraction: float = 0.1, variants: dict[str, np.ndarray] | None = None) -> Verdict:  # fmt: skip
+    """`sink_ablation`: the sink-like heads (`fraction` of all heads) zeroed on their sink queries vs the same heads
+    on non-sink queries and matched random head-and-query sets, per window (`reproduction.sink_query`), with the
+    same at fraction and δ × ½, × 2 from `variants` (`reproduction.ablation_variants`); zeroing them on every query
     (mode zero) is evidence beside it."""
     if not arrays:
         return Verdict("sink_ablation", model, NOT_MEASURABLE, reason="no sink-query ablation", corpus=corpus)
@@ -115,14 +119,16 @@ def sink_query_verdict(model: str, corpus: str, arrays: dict[str, np.ndarray], a
     every = ablation[(ablation["mode"] == "zero") & (ablation["selection"] == "highest-hard-sink")]
     if len(every):
         extra["delta_zero_every_query"] = float(every.iloc[0]["delta_loss"])
-    verdict = sink_ablation_verdict(model, arrays["selected"], arrays["same_heads"], arrays["random"], extra, seed)
+    verdict = sink_ablation_verdict(model, arrays["selected"], arrays["same_heads"], arrays["random"], extra, seed,
+                                    fraction, SINK_QUERY_DELTA, variant_arrays(variants or {}, "sink_ablation"))
     return replace(verdict, corpus=corpus)
 
 
-def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int
-                      ) -> list[Verdict]:  # fmt: skip
-    """The dormant heads zeroed against layer-matched and unmatched random sets of the same size, per window
-    (`sinkscope.pipelines.ablate`, `reproduction.matched_heads`)."""
+def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd.DataFrame, seed: int,
+                      fraction: float = 0.1, variants: dict[str, np.ndarray] | None = None) -> list[Verdict]:  # fmt: skip
+    """The dormant heads (`fraction` of all heads) zeroed against layer-matched and unmatched random sets of the
+    same size, per window (`sinkscope.pipelines.ablate`, `reproduction.matched_heads`), with the same at fraction
+    × ½, × 2 from `variants` (`reproduction.ablation_variants`)."""
     frame = ablation[ablation["mode"] == "zero"]
     chosen = frame[frame["selection"] == "lowest-ahon-ln"]
     if chosen.empty or "window_delta" not in frame:
@@ -144,7 +150,7 @@ def ablation_verdicts(model: str, corpus: str, ablation: pd.DataFrame, heads: pd
                         f"{matched.shape[1]} layer-matched and {random.shape[1]} random draws: recompute its section",
                         corpus=corpus)]  # fmt: skip
     verdict = dormant_heads_verdict(model, np.asarray(row["window_delta"], float), matched, random, extra, seed,
-                                    fraction=float(row["fraction"]))  # fmt: skip
+                                    fraction, variant_arrays(variants or {}, "dormant_heads"))  # fmt: skip
     return [replace(verdict, corpus=corpus)]
 
 
@@ -219,8 +225,9 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
     depth = int(heads["layer"].max()) + 1
     verdicts.append(replace(representability_verdict(model, certificates, width, seed, depth), corpus=first))
-    verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed))
-    verdicts += ablation_verdicts(model, first, m.ablation, heads, seed)
+    fraction = config.ablation_fraction
+    verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed, fraction, m.ablation_variants))
+    verdicts += ablation_verdicts(model, first, m.ablation, heads, seed, fraction, m.ablation_variants)
     verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
     weight_table = weight_heads(m.weights, heads, m.alignment)
     verdicts += weight_verdicts(model, first, weight_table, seed)

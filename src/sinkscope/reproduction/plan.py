@@ -24,6 +24,7 @@ from sinkscope.reproduction.judge import Measurements
 from sinkscope.reproduction.sections import (
     Section,
     ablation_section,
+    ablation_sensitivity_section,
     analysis_section,
     certificates_section,
     evidence_section,
@@ -49,13 +50,16 @@ class ModelPlan:
     evidence: dict[str, Section]  # every analysed corpus -> per-window sums
     certificates: Section
     experiments: dict[str, Section] = field(default_factory=dict)  # issue 36's: eviction, dense, prevalence, …
+    ablation_sensitivity: Section | None = None  # the ablations at their own thresholds × ½, × 2 (not --quick)
 
     def in_order(self) -> list[Section]:
         """The sections in the order they are computed: analyses, ablations, sink queries, switch, costs, weights,
-        evidence, certificates (the model's passes before the half-space programs, the slowest part), then issue
-        36's experiments."""
+        evidence, certificates (the model's passes before the half-space programs, the slowest part), issue 36's
+        experiments, then the ablations' sensitivity passes."""
+        sensitivity = [self.ablation_sensitivity] if self.ablation_sensitivity is not None else []
         return [*self.analyses.values(), *self.ablations, self.sink_queries, *self.switch.values(), self.costs,
-                self.weights, *self.evidence.values(), self.certificates, *self.experiments.values()]  # fmt: skip
+                self.weights, *self.evidence.values(), self.certificates, *self.experiments.values(),
+                *sensitivity]  # fmt: skip
 
     def measurements(self, read: dict[Path, Any]) -> Measurements:
         """The judge's evidence from `read` (section directory -> what its `load` returned)."""
@@ -69,7 +73,9 @@ class ModelPlan:
                             weights=read[self.weights.directory], evidence=by_corpus(self.evidence),
                             certificates=certificates, alignment=alignment,
                             sink_queries=read[self.sink_queries.directory], switch=by_corpus(self.switch),
-                            experiments=by_corpus(self.experiments))  # fmt: skip
+                            experiments=by_corpus(self.experiments),
+                            ablation_variants=read[self.ablation_sensitivity.directory]
+                            if self.ablation_sensitivity is not None else {})  # fmt: skip
 
 
 def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
@@ -95,6 +101,7 @@ def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
                   for corpus in analyses},  # fmt: skip
         certificates=certificates_section(name, config, out),
         experiments=experiment_sections(name, config, out),
+        ablation_sensitivity=None if config.quick else ablation_sensitivity_section(name, config, out, scores),
     )
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.config import SINK_QUERY_DELTA, ReproduceConfig
 from sinkscope.reproduction.files import swapped_directory
 
 if TYPE_CHECKING:
@@ -147,13 +147,42 @@ def sink_query_section(name: str, config: ReproduceConfig, out: Path, scores: Se
         count = count_for_fraction(len(head_scores), c.ablation_fraction)
         heads = heads_by_score(head_scores, "highest-hard-sink", count)
         batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
-        arrays = sink_query_losses(lm, batches, heads, c.random_draws, c.seed)
+        arrays = sink_query_losses(lm, batches, heads, c.random_draws, c.seed, SINK_QUERY_DELTA)
         with swapped_directory(target) as staging:
             np.savez(staging / "sink_queries.npz", n_heads=np.array(len(heads)), **arrays)
 
     label = f"ablate {c.ablation_fraction:g} of heads on their sink queries ({c.ablation_windows} windows)"
     directory = model_directory(out, name) / "sink-queries"
     return Section(label, directory, key, compute, partial(read_arrays, name="sink_queries.npz"))
+
+
+def ablation_sensitivity_section(name: str, config: ReproduceConfig, out: Path, scores: Section) -> Section:
+    """The ablations re-measured at their own thresholds × ½ and × 2 (the head fraction of both, the sink-query δ
+    of `sink_ablation`), with `sensitivity_draws` draws of each control (`reproduction.ablation_variants`); the
+    sensitivity step of `sink_ablation` and `dormant_heads` reads it."""
+    from sinkscope.reproduction.ablation_variants import VARIANT_SCALES
+
+    c = config
+    key = {"section": "ablate-sensitivity", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+           "windows": c.ablation_windows, "fraction": c.ablation_fraction, "delta": SINK_QUERY_DELTA,
+           "scales": list(VARIANT_SCALES), "draws": c.sensitivity_draws, "seed": c.seed, "scores": scores.key,
+           "dtype": c.dtype, "version": 1}  # fmt: skip
+
+    def compute(lm: LoadedModel, target: Path) -> None:
+        from sinkscope.corpus.windows import windows
+        from sinkscope.pipelines.head_selection import scores_from_run
+        from sinkscope.reproduction.ablation_variants import ablation_variants
+
+        batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
+        arrays = ablation_variants(lm, batches, scores_from_run(scores.directory), c.ablation_fraction,
+                                   SINK_QUERY_DELTA, c.sensitivity_draws, c.seed)  # fmt: skip
+        with swapped_directory(target) as staging:
+            np.savez(staging / "variants.npz", **arrays)
+
+    label = (f"ablations at head fraction and sink-query δ × ½, × 2 ({c.sensitivity_draws} draws per control, "
+             f"{c.ablation_windows} windows)")  # fmt: skip
+    directory = model_directory(out, name) / "ablate-sensitivity"
+    return Section(label, directory, key, compute, partial(read_arrays, name="variants.npz"))
 
 
 def switch_section(name: str, config: ReproduceConfig, out: Path, corpus: str) -> Section:

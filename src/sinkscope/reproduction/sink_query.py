@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from sinkscope.models.load import LoadedModel
+from sinkscope.reproduction.config import SINK_QUERY_DELTA
 
 Cells = dict[tuple[int, int], Tensor]
 
@@ -39,7 +40,7 @@ def same_head_cells(cells: Cells, rng: np.random.Generator) -> Cells:
 
 
 def sink_query_losses(lm: LoadedModel, batches: Sequence[Tensor], heads: Sequence[tuple[int, int]], n_draws: int,
-                      seed: int, delta: float = 0.1) -> dict[str, np.ndarray]:  # fmt: skip
+                      seed: int, delta: float = SINK_QUERY_DELTA) -> dict[str, np.ndarray]:  # fmt: skip
     """Per-window Δloss (nats/token): `selected` (W,), `same_heads` (W, n_draws), `random` (W, n_draws); `base`
     (W,) the clean losses; `cells_selected`, `cells_same_heads` (W,) the zeroed (head, query) pairs per window
     (the same-heads control mean over draws)."""
