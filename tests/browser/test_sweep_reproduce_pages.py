@@ -66,3 +66,16 @@ def test_reproduce_page_shows_every_verdict_of_verdicts_json(tiny, open_page):
     )
     shown = {(row[0], row[3]) for row in first_table}
     assert shown == {(r["claim"], r["verdict"]) for r in records}
+    # issue 36's claims each show their own figure under their heading, decoded by the browser (the boundary lab
+    # is not trained with regimes=False, so its claim has none)
+    figures = loaded.page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('h3[id]')].map(h => {
+            const widths = [];
+            for (let e = h.nextElementSibling; e && e.tagName !== 'H3'; e = e.nextElementSibling)
+                e.querySelectorAll('img').forEach(i => widths.push(i.naturalWidth));
+            return [h.id, widths];
+        }))"""
+    )
+    for claim in ("sink_in_use", "dense_causal", "prevalence", "switch_assumptions", "cost_boundary"):
+        assert len(figures[claim]) == 1 and figures[claim][0] > 200, (claim, figures[claim])
+    assert figures["cost_boundary_trained"] == [] and figures["switch"] == []

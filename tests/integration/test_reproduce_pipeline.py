@@ -41,7 +41,11 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
             assert {r["scale"] for r in record["sensitivity"]} == {0.5, 2.0}
     assert next(r for r in records if r["claim"] == "mlp_like")["verdict"] == "descriptive"
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64") == 6 and all(f'id="{claim}"' in html for claim in CLAIMS)
+    # a figure per section, and one per issue-36 claim but the boundary lab (not trained with regimes=False)
+    assert html.count("data:image/png;base64") == 6 + 5 and all(f'id="{claim}"' in html for claim in CLAIMS)
+    assert sorted(p.stem for p in (out / "figures").glob("*_*.png")) == ["cost_boundary", "dense_causal",
+                                                                          "sink_in_use", "switch_assumptions"]
+    assert (out / "figures" / "prevalence.png").is_file()
     for claim in CLAIMS.values():  # every claim links to the table it was computed from, and quotes the paper
         written = claim.table not in ("regime_cells", "cost_boundary_trained")  # regimes=False: no lab trained
         assert (f'href="tables/{claim.table}.csv"' in html) == written and claim.paper_claim in unescape(html)

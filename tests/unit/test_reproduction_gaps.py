@@ -144,7 +144,7 @@ def test_the_cost_layers_verdict_is_the_hand_counted_share_of_layers_where_the_s
 def test_write_reports_writes_the_summary_it_was_given(tmp_path, monkeypatch):
     """summary.json holds the summary (read back whole), beside verdicts.json and the two reports."""
     figures = ("geometry", "smoothing", "switch", "ablation", "cost", "weights", "anchors")
-    monkeypatch.setattr(report, "_figures", lambda evidence, theory: {name: b"png" for name in figures})
+    monkeypatch.setattr(report, "_figures", lambda evidence, theory, extra: {name: b"png" for name in figures})
     summary = {"config": ReproduceConfig(models=("m",)).to_dict(), "verdicts": [], "seconds": 1.5,
                "section_seconds": {"m": {}}, "reused": {"m": []}, "regimes": {}}  # fmt: skip
     theory = pd.DataFrame(

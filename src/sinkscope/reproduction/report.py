@@ -15,6 +15,7 @@ import pandas as pd
 from sinkscope.report.page import render_page
 from sinkscope.report.plots import no_mathtext
 from sinkscope.reproduction.claim_texts import CLAIMS
+from sinkscope.reproduction.experiment_figures import CLAIM_FIGURES, claim_figures
 from sinkscope.reproduction.files import swapped_directory
 
 SECTIONS = (
@@ -74,10 +75,12 @@ def _png(fig) -> bytes:
     return figure_png(fig)
 
 
-def _figures(evidence: dict[str, dict], theory: pd.DataFrame) -> dict[str, bytes]:
+def _figures(evidence: dict[str, dict], theory: pd.DataFrame, extra: dict[str, pd.DataFrame]) -> dict[str, bytes]:
+    """One figure per section, and one per claim of issue 36 whose data this reproduction has (named by the claim:
+    `experiment_figures.claim_figures`)."""
     from sinkscope.reproduction import figures
-
-    return {
+    claims = {claim: _png(fig) for claim, fig in claim_figures(evidence, extra).items()}
+    return claims | {
         "geometry": _png(figures.geometry_figure(evidence)),
         "smoothing": _png(figures.smoothing_figure(evidence)),
         "switch": _png(figures.switch_figure(evidence)),
@@ -128,9 +131,9 @@ def sensitivity_text(sensitivity: list[dict]) -> str:
     return " · ".join(entry(r) for r in sensitivity)
 
 
-def section_data(summary: dict, table_names: list[str]) -> list[dict]:
+def section_data(summary: dict, table_names: list[str], figure_names=()) -> list[dict]:
     """Sections with their claims (the paper's words, test, why, control, the table linked when `table_names`
-    has it), each claim with its verdict rows (model, corpus, verdict, reason, interval, sensitivity, evidence,
+    has it, the claim's own figure when `figure_names` has one by the claim's name), each claim with its verdict rows (model, corpus, verdict, reason, interval, sensitivity, evidence,
     thresholds) as plain text."""
     out = []
     for section in SECTIONS:
@@ -145,7 +148,8 @@ def section_data(summary: dict, table_names: list[str]) -> list[dict]:
                     for v in summary["verdicts"] if v["claim"] == claim]  # fmt: skip
             claims.append({"id": claim, "paper_claim": spec.paper_claim, "test": spec.test, "why": spec.why,
                            "control": spec.control, "rows": rows,
-                           "table": f"tables/{spec.table}.csv" if f"{spec.table}.csv" in table_names else None})  # fmt: skip
+                           "table": f"tables/{spec.table}.csv" if f"{spec.table}.csv" in table_names else None,
+                           "figure": claim if claim in figure_names and claim in CLAIM_FIGURES else None})  # fmt: skip
         out.append(section | {"claims": claims})
     return out
 
@@ -190,7 +194,7 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
     """Write verdicts.json, tables/, figures/, report.md and report.html into `out` (`extra`: model-free tables)."""
     with swapped_directory(out / "tables") as staging:
         table_names = write_tables(staging, evidence, theory, regimes.get("cells"), extra)
-    figures = _figures(evidence, theory)
+    figures = _figures(evidence, theory, extra or {})
     with swapped_directory(out / "figures") as staging:
         for name, png in figures.items():
             (staging / f"{name}.png").write_bytes(png)
@@ -198,7 +202,7 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
     context = {
         "summary": summary,
-        "sections": section_data(summary, table_names),
+        "sections": section_data(summary, table_names, figures),
         "tables": table_names,
         "figures": {name: base64.b64encode(png).decode() for name, png in figures.items()},
         "regime_reason": regimes.get("reason", ""),
