@@ -154,3 +154,16 @@ def test_every_new_claim_has_its_words_and_its_thresholds_vary():
     assert record["paper_claim"] == CLAIMS["sink_in_use"].paper_claim and record["table"] == "eviction"
     varied = {r["threshold"] for r in sink_in_use_verdict(M, losses()).sensitivity}
     assert varied == set(THRESHOLDS["sink_in_use"])
+
+
+def test_sink_in_use_pairs_each_window_s_losses():
+    """The windows' losses are paired: the interval is that of the per-window differences recent − sink, which vary
+    here (2.5 ± 2) although each loss series alone, sorted, would pair into a constant 2.5 (the mutant that sorted
+    each series independently gave a zero-width interval)."""
+    spread = np.linspace(-1, 1, 12)
+    data = {"full": np.full(12, 3.0), "recent": 6.0 + spread, "sink": 3.5 - spread, "control": 5.9 + spread}
+    interval = sink_in_use_verdict(M, data).interval
+    per_window = data["recent"] - data["sink"]
+    normal = 2 * 1.96 * per_window.std(ddof=1) / np.sqrt(12)
+    assert abs(interval["estimate"] - 2.5) < 1e-9 and interval["low"] < 2.5 < interval["high"]
+    assert 0.7 < (interval["high"] - interval["low"]) / normal < 1.3
