@@ -3,13 +3,16 @@
 import json
 from html import unescape
 
+import pandas as pd
 import pytest
 
 from sinkscope.reproduction.claim_texts import CLAIMS
 from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.experiment_sections import boundary_lab
 from sinkscope.reproduction.files import KEY_FILE
 from sinkscope.reproduction.run import reproduce
 from sinkscope.reproduction.verdicts import VERDICTS
+from sinkscope.synthetic import boundary_runs
 
 from .tiny_checkpoint import save_tiny_llama
 
@@ -23,11 +26,17 @@ def section_stamps(out):
     return {path.parent.name: path.stat().st_mtime_ns for path in out.rglob(KEY_FILE)}
 
 
-def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, tmp_path):
-    # The regime map trains models of its own (the slow test runs it); here it is switched off.
+def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, tmp_path, monkeypatch):
+    # The regime map trains models of its own (the slow test runs it); here it is switched off. The boundary lab
+    # (12 small models) is read back from a finished section written before, with constructed runs.
     config = ReproduceConfig.preset(True, models=(tiny_model,), corpora=("builtin:prose",), seq_len=16,
                                     geometry_cap=16, regimes=False)
     out = tmp_path / "repro"
+    lab = pd.DataFrame([{"setting": f"s{side}{i}", "predicted": side, "seed": seed, "pattern": side, "bos_mass": 0.9,
+                         "diag_mass": 0.1, "steps": 10} for side in ("diagonal", "sink") for i in range(2)
+                        for seed in range(3)])  # fmt: skip
+    monkeypatch.setattr(boundary_runs, "run_boundary", lambda out_dir, progress=None: lab)
+    boundary_lab(ReproduceConfig(), out)
     first = reproduce(config, out)
     records = json.loads((out / "verdicts.json").read_text())
     assert {r["claim"] for r in records} == set(CLAIMS)
@@ -40,14 +49,15 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
         if record["interval"] is not None and record["verdict"] not in ("descriptive", "not measurable here"):
             assert {r["scale"] for r in record["sensitivity"]} == {0.5, 2.0}
     assert next(r for r in records if r["claim"] == "mlp_like")["verdict"] == "descriptive"
+    assert next(r for r in records if r["claim"] == "cost_boundary_trained")["verdict"] == "supported"
     html = (out / "report.html").read_text()
-    # a figure per section, and one per issue-36 claim but the boundary lab (not trained with regimes=False)
-    assert html.count("data:image/png;base64") == 6 + 5 and all(f'id="{claim}"' in html for claim in CLAIMS)
-    assert sorted(p.stem for p in (out / "figures").glob("*_*.png")) == ["cost_boundary", "dense_causal",
-                                                                          "sink_in_use", "switch_assumptions"]
+    # a figure per section, and one per issue-36 claim
+    assert html.count("data:image/png;base64") == 6 + 6 and all(f'id="{claim}"' in html for claim in CLAIMS)
+    assert sorted(p.stem for p in (out / "figures").glob("*_*.png")) == [
+        "cost_boundary", "cost_boundary_trained", "dense_causal", "sink_in_use", "switch_assumptions"]
     assert (out / "figures" / "prevalence.png").is_file()
     for claim in CLAIMS.values():  # every claim links to the table it was computed from, and quotes the paper
-        written = claim.table not in ("regime_cells", "cost_boundary_trained")  # regimes=False: no lab trained
+        written = claim.table != "regime_cells"  # the regime map is switched off here
         assert (f'href="tables/{claim.table}.csv"' in html) == written and claim.paper_claim in unescape(html)
     assert '"estimate"' not in html and "{'" not in html  # readable text, no raw JSON or dict reprs
     assert "## 6. Anchors from earlier work" in (out / "report.md").read_text()
@@ -58,8 +68,8 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     stamps = section_stamps(out)
     # 3 analyses and their 3 per-window evidence passes, the switch pass, certificates, ablate (zero, bos, sink
     # queries), cost-layers, weights, theory; issue 36's evict, dense, prevalence, switch-assumptions and the theory's
-    # cost regimes
-    assert len(stamps) == 19
+    # cost regimes and the boundary lab
+    assert len(stamps) == 20
 
     second = reproduce(config, out)
     assert len(second["reused"][tiny_model]) == 17 and second["section_seconds"][tiny_model] == {}
