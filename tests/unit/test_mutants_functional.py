@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from sinkscope.functional.geometry import bos_geometry_sums_from
+from sinkscope.functional.patterns import row_entropy
 
 
 def test_norm_ratio_sum_accumulates_in_float64():
@@ -16,3 +17,11 @@ def test_norm_ratio_sum_accumulates_in_float64():
     sums = bos_geometry_sums_from(norms, torch.ones(17, 3))
     assert sums["norm_ratio_sum"].dtype == torch.float64
     assert sums["norm_ratio_sum"].item() == 1e8 + 16
+
+
+def test_row_entropy_stays_on_the_device_of_its_maps():
+    """Maps on another device than the CPU (the `meta` device stands in for an accelerator, which this machine
+    lacks): the normaliser log(t+1) is made on the maps' device, so the entropies come back there, one per t ≥ 1."""
+    attn = torch.softmax(torch.randn(2, 3, 5, 5, device="meta"), -1)
+    entropy = row_entropy(attn)
+    assert entropy.device.type == "meta" and entropy.shape == (2, 3, 4)

@@ -1,0 +1,80 @@
+"""Survivors of the third sampled mutmut run over `statistics/` (docs/testing.md, "Mutation tool"): streaming
+states merged and restored, a statistic's checkpoint names, and a ratio over a count of exactly one. Each checked
+against a hand count or a direct computation written out here."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sinkscope.statistics.certificates import HalfSpaceCertificates
+from sinkscope.statistics.output_gate import OutputGates
+from sinkscope.statistics.state import KeyedSum, ShiftedMoments
+from sinkscope.statistics.statistic import QueryBlock
+
+
+def moments_of(batches: dict[int, torch.Tensor]) -> ShiftedMoments:
+    """A state holding each layer's rows (N, 3), shifted by the rows' own first row."""
+    state = ShiftedMoments(3)
+    for layer, x in batches.items():
+        centred = x - state.shift_of(layer, x[0])
+        state.add(layer, len(x), centred.sum(0), [((slice(None), slice(None)), centred.T @ centred)])
+    return state
+
+
+def test_merging_moments_takes_every_layer_the_other_state_has_whether_new_here_or_not():
+    """`a` holds layer 1; `b` holds layers 0, 1 and 2 (0 and 2 new to `a`). After the merge every layer's count,
+    mean and second moment are those of all its rows, computed directly."""
+    generator = torch.Generator().manual_seed(0)
+    x = {layer: torch.randn(9, 3, generator=generator, dtype=torch.float64) + 5 * layer for layer in range(3)}
+    a = moments_of({1: x[1][:4]})
+    a.merge(moments_of({0: x[0], 1: x[1][4:], 2: x[2]}))
+    assert sorted(a.n) == [0, 1, 2]
+    for layer, rows in x.items():
+        assert a.n[layer] == 9
+        mean = a.shift[layer] + a.sum[layer] / a.n[layer]
+        second = (
+            a.outer[layer] / a.n[layer]
+            + torch.outer(a.shift[layer], mean)
+            + torch.outer(mean, a.shift[layer])
+        )
+        second -= torch.outer(a.shift[layer], a.shift[layer])
+        torch.testing.assert_close(mean, rows.mean(0), rtol=0, atol=1e-12)
+        torch.testing.assert_close(second, rows.T @ rows / 9, rtol=0, atol=1e-10)
+
+
+def test_a_keyed_sum_restored_from_float32_tensors_keeps_float64_sums():
+    """The sums are float64 whatever the restored tensors' type: 2^24 + 1 is exact after the restore (float32
+    cannot hold it)."""
+    state = KeyedSum({"n": ()})
+    state.load({"keys": torch.tensor([3]), "n": torch.tensor([2.0**24], dtype=torch.float32)})
+    state.add(torch.tensor([3]), {"n": torch.tensor([1.0])})
+    assert state.values["n"].dtype == torch.float64 and state.values["n"].tolist() == [2.0**24 + 1]
+
+
+def test_certificate_checkpoints_name_the_sample_and_the_sink_inputs():
+    """A checkpoint's tensors are `"{state}.{tensor}"`: the sampled context inputs under `sample.`, BOS's input
+    under `sink_inputs.` (what a resumed run reads back)."""
+    certificates = HalfSpaceCertificates(cap=2)
+    certificates.sample.offer(0, torch.tensor([0.3, 0.1]), torch.ones(2, 4))
+    certificates.sink_inputs.offer(0, torch.ones(4))
+    assert set(certificates.state_dict()) == {"sample.0.priorities", "sample.0.rows", "sink_inputs.0"}
+
+
+def test_gate_ratios_over_a_single_off_query_or_a_single_sink_query_are_numbers():
+    """One window, T = 4, queries t = 1..3. Head 0: gates 0.05, 0.5, 0.9 (off only at t = 1, τ_g = 0.1), hard sink
+    only at t = 1 → one off query and one sink query: agreement = off_given_sink = 1/1. Head 1: every gate 0.8,
+    sinks at t = 2, 3 → no off query (NaN agreement), off_given_sink = 0/2."""
+    gates = OutputGates(n_layers=1, n_heads=2, seq_len=4)
+    gates.on_gate(0, torch.tensor([[0.0, 0.05, 0.5, 0.9], [0.0, 0.8, 0.8, 0.8]]).reshape(1, 2, 4, 1))
+    sink = torch.tensor([[False, True, False, False], [False, False, True, True]]).reshape(1, 2, 4)
+    gates.on_query_block(
+        0, QueryBlock(start=0, sums={}, hard_sink=sink, hard_diag=~sink, out_norms=torch.ones(1, 2, 4))
+    )
+    heads = gates.compute(windows=1).heads.set_index("head")
+    assert heads.loc[0, "gate_off_frac"] == 1 / 3
+    assert heads.loc[0, "gate_sink_agreement"] == 1.0 and heads.loc[0, "gate_off_given_sink"] == 1.0
+    assert math.isnan(heads.loc[1, "gate_sink_agreement"]) and heads.loc[1, "gate_off_given_sink"] == 0.0
+    assert math.isclose(heads.loc[0, "gate_mean"], (0.05 + 0.5 + 0.9) / 3, rel_tol=1e-6)  # float32 gates
+    assert math.isclose(heads.loc[1, "gate_mean"], 0.8, rel_tol=1e-6)
