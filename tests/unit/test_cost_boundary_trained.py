@@ -138,3 +138,6 @@ def test_reproduce_trains_the_boundary_lab_once_and_not_under_quick(tmp_path, mo
     again = boundary_lab(ReproduceConfig.preset(True), tmp_path)  # a finished lab is read back, even under --quick
     assert len(calls) == 1 and again["runs"].equals(first)
     assert cost_boundary_trained_verdict(again["runs"]).verdict == S
+    monkeypatch.setattr(boundary_runs, "REGIME_BASE", boundary_runs.REGIME_BASE | {"train.lr": 1e-3})
+    boundary_lab(ReproduceConfig(), tmp_path)  # another base: the finished lab is stale and retrained
+    assert len(calls) == 2

@@ -258,16 +258,19 @@ def boundary_lab(config: ReproduceConfig, out: Path) -> dict:
     """The lab trained on both sides of the predicted cost boundary (`synthetic.boundary_runs`, its settings, seeds
     and steps), in `out/regimes-boundary/` and reused from there when its key matches: `{"runs": table}`, or
     `{"reason": why not}` (like the regime map, not trained under `--quick` or with `regimes=False`; trained also
-    with `--regimes-from`, which reads the regime map only)."""
+    with `--regimes-from`, which reads the regime map only). The key holds the first run's whole configuration,
+    so a changed base (`synthetic.regimes.REGIME_BASE`, a model default) retrains the lab."""
     from sinkscope.synthetic.boundary_runs import (
         BOUNDARY_SEEDS,
         BOUNDARY_SETTINGS,
         BOUNDARY_STEPS,
+        boundary_config,
         run_boundary,
     )
 
     key = {"section": "regimes-boundary", "settings": [[s.vocab_size, s.contexts, s.width] for s in BOUNDARY_SETTINGS],
-           "seeds": list(BOUNDARY_SEEDS), "steps": BOUNDARY_STEPS, "version": 1}  # fmt: skip
+           "seeds": list(BOUNDARY_SEEDS), "steps": BOUNDARY_STEPS, "version": 1,
+           "base": boundary_config(BOUNDARY_SETTINGS[0], 0).to_dict()}  # fmt: skip
     directory = out / "regimes-boundary"
     if is_fresh(directory, key):
         log(f"regimes: trained cost boundary: reusing {directory}")
