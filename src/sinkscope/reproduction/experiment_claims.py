@@ -231,9 +231,14 @@ def cost_boundary_trained_verdict(runs: pd.DataFrame | None, reason: str = "", s
             return NOT_MEASURABLE
         return graded(e["diagonal_side_match"], 1 - th["miss_tol"], th["partly_min"])
 
-    return judge(claim, "synthetic", units, effects, decide, BOUNDARY_TRAINED, over="lab runs (seeds within settings)",
-                 min_units=MIN_RUNS, fractions=tuple(BOUNDARY_TRAINED), evidence=extra,
-                 strata=runs["setting"].to_numpy(str), seed=seed)  # fmt: skip
+    verdict = judge(claim, "synthetic", units, effects, decide, BOUNDARY_TRAINED,
+                    over="lab runs (seeds within settings)", min_units=MIN_RUNS, fractions=tuple(BOUNDARY_TRAINED),
+                    evidence=extra, strata=runs["setting"].to_numpy(str), seed=seed)  # fmt: skip
+    control = verdict.evidence.get("sink_side_match", math.nan)
+    if verdict.verdict == NOT_MEASURABLE and control < BOUNDARY_TRAINED["control_min"]:
+        return replace(verdict, reason=f"the control fails: {control:.2f} of the runs where the sink is predicted "
+                       f"sink (below control_min = {BOUNDARY_TRAINED['control_min']:g})")  # fmt: skip
+    return verdict
 
 
 def eviction_table(losses: dict[str, np.ndarray]) -> pd.DataFrame:
