@@ -25,3 +25,14 @@ def test_row_entropy_stays_on_the_device_of_its_maps():
     attn = torch.softmax(torch.randn(2, 3, 5, 5, device="meta"), -1)
     entropy = row_entropy(attn)
     assert entropy.device.type == "meta" and entropy.shape == (2, 3, 4)
+
+
+def test_every_bos_geometry_sum_is_float64_and_counts_non_positive_cosines_by_hand():
+    """Two layers, one window of T = 4: x_0 along e_1, x_1..x_3 at cosines 0.6, 0 and −1 (layer 0) and all at +1
+    (layer 1). The documented float64 sums: layer 0 counts 2 non-positive cosines (0 and −1), layer 1 none."""
+    dots = torch.tensor([[[1.0, 0.6, 0.0, -2.0]], [[1.0, 1.0, 3.0, 0.5]]])  # (L, B, T): x_t·x_0
+    norms = torch.tensor([[[1.0, 1.0, 5.0, 2.0]], [[1.0, 1.0, 3.0, 0.5]]])
+    sums = bos_geometry_sums_from(norms, dots)
+    assert {name: value.dtype for name, value in sums.items()} == dict.fromkeys(sums, torch.float64)
+    assert sums["cos_nonpos"].tolist() == [2.0, 0.0]
+    torch.testing.assert_close(sums["cos_sum"], torch.tensor([0.6 + 0.0 - 1.0, 3.0], dtype=torch.float64))
