@@ -31,15 +31,18 @@ def eager_flex_without_tracing(monkeypatch):
     monkeypatch.setattr(flex_module, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", True, raising=False)
 
 
-def float64_rows(q, k, v, scale, *, softcap=None, mask=None, sinks=None) -> dict[str, torch.Tensor]:
+def float64_rows(q, k, v, scale, *, softcap=None, mask=None, sinks=None, bias=None) -> dict[str, torch.Tensor]:
     """Every `AttentionReadout` field, the output and the learned sink's mass from float64 maps: logits
-    `S = s q·k` (`c·tanh(S/c)` under a softcap), keys `j ≤ t` where `mask[b,0,t,j]`, softmax over them and the
-    sink column σ_h (whose mass is `m_t`); a query that sees no key has a row of zeros."""
+    `S = s q·k` (`c·tanh(S/c)` under a softcap) plus an additive `bias` as eager adds it, keys `j ≤ t` where
+    `mask[b,0,t,j]`, softmax over them and the sink column σ_h (whose mass is `m_t`); a query that sees no key has
+    a row of zeros (a boolean mask) or, with every bias the float32 minimum, a uniform row over the keys j ≤ t."""
     B, H, n = q.shape[:3]
     group = H // k.shape[1]
     S = scale * q.double() @ k.double().repeat_interleave(group, 1).transpose(-1, -2)
     if softcap is not None:
         S = softcap * torch.tanh(S / softcap)
+    if bias is not None:
+        S = S + bias.double()
     seen = torch.ones(n, n, dtype=torch.bool).tril().expand(B, 1, n, n)
     if mask is not None:
         seen = seen & mask
@@ -87,7 +90,23 @@ FORMS = {
     "padding+window": dict(mask="window"),
     "sinks": dict(sinks=(-3.0, 0.0, 2.0, 6.0)),
     "softcap+padding+sinks": dict(softcap=5.0, mask="padding", sinks=(1.0, -1.0, 4.0, 0.0)),
+    "alibi+padding": dict(bias="alibi"),
+    "shared-bias+softcap+sinks": dict(bias="shared", softcap=5.0, sinks=(1.0, -1.0, 4.0, 0.0)),
 }
+
+
+def additive_mask(B: int, H: int, n: int, per_head: bool) -> torch.Tensor:
+    """A float mask as Falcon builds it: ALiBi `slope_h · j` (slopes 2^(−8h/H), scaled by 1/√4) where the padding
+    mask of `padding_mask` lets key j in (window 0's first 3 queries see no key: every bias the float32 minimum),
+    the float32 minimum where not; or (`per_head` False) one random bias (1, 1, T, T) shared by every window and
+    head, the minimum above the diagonal."""
+    low = torch.finfo(torch.float32).min
+    if not per_head:
+        bias = torch.randn(1, 1, n, n, generator=torch.Generator().manual_seed(n)) * 3
+        return bias.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), low)
+    slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1) / H)
+    alibi = (slopes.view(1, H, 1, 1) * torch.arange(n).view(1, 1, 1, n) / 2.0).expand(B, H, n, n)
+    return alibi.masked_fill(~padding_mask(B, n), low)
 
 
 def form_arguments(form: dict, B: int, H: int, n: int) -> dict:
@@ -96,6 +115,8 @@ def form_arguments(form: dict, B: int, H: int, n: int) -> dict:
         args["mask"] = padding_mask(B, n, 5 if args["mask"] == "window" else None)
     if "sinks" in args:
         args["sinks"] = torch.tensor(args["sinks"][:H])
+    if "bias" in args:
+        args["bias"] = additive_mask(B, H, n, args["bias"] == "alibi")
     return args
 
 
@@ -123,6 +144,8 @@ def test_flex_forms_equal_float64_maps(name, shape):
         assert ref["mass"].amin() < 0.05 and ref["mass"].amax() > 0.95
     if "mask" in args:  # left padding: rows of zeros; sink entries outside the window where there is one
         assert (rows.sink[0, :, :3] == 0).all() and (rows.out_norms[0, :, :3] == 0).all()
+    if name == "alibi+padding":  # left padding under an additive mask: uniform rows over the keys j ≤ t
+        torch.testing.assert_close(rows.sink[0, :, :3], (1 / torch.arange(1.0, 4.0)).expand(H, 3))
 
 
 def test_stacked_layers_of_a_learned_sink_unpack_as_each_layer():
@@ -229,3 +252,65 @@ def test_the_cuda_kernels_of_every_form_trace_into_whole_graphs(monkeypatch):
                         log_entropies(q, k, lse, 0.25, causal, 5.0)))  # fmt: skip
     for got, expected in zip(*results):
         torch.testing.assert_close(got, expected)
+
+
+def test_the_cuda_kernels_of_an_additive_mask_trace_into_whole_graphs(monkeypatch):
+    """The additive mask's `score_mod` (a bias, a row shift and a seen-row factor read from tensors, in all three
+    calls) traces with fullgraph=True under "aot_eager" and equals the eager calls."""
+    from sinkscope.capture.flex_masks import additive_parts
+
+    monkeypatch.setattr(flex, "COMPILE_BACKEND", "aot_eager")
+    compiled, eager = flex._kernels.__wrapped__("cuda"), flex._kernels.__wrapped__("cpu")
+    q, k, v = inputs(2, 4, 2, 29, 16, 16, seed=8)
+    additive, _ = additive_parts(additive_mask(2, 4, 29, True), 2, 4)
+    causal, anti_causal, _ = flex_masks(29, q.device, None, None, 2)
+    results = []
+    for forward, log_column_sums, log_entropies in (compiled, eager):
+        out, lse = forward(q, k, v, 0.25, causal, None, additive)
+        results.append((out, lse, log_column_sums(k.repeat_interleave(2, 1), q, lse, 0.25, anti_causal, None, additive),
+                        log_entropies(q, k, lse, 0.25, causal, None, additive)))  # fmt: skip
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected)
+
+
+def test_an_alibi_model_on_cudas_routing_equals_eager_maps():
+    """Falcon with ALiBi (an additive float mask in every layer), left- and right-padded, through CUDA's routing:
+    every layer takes the flex path with the mask as its bias, the logits of every query that sees a key equal
+    eager attention's, and so do each layer's rows. (A query that sees no key — window 0's first three — gets a
+    uniform row over the keys j ≤ t; eager's additive mask makes it uniform over all T keys, future ones too, so
+    window 0's column sums and entropy are left out.)"""
+    from .test_capture_more_families import tiny
+
+    lm = tiny("falcon_alibi")
+    lm.model.set_attn_implementation("eager")
+    ids = token_windows(2)
+    keep = torch.ones_like(ids)
+    keep[0, :3], keep[1, -4:] = 0, 0
+    eager = lm.model(input_ids=ids, attention_mask=keep, output_attentions=True, use_cache=False)
+    modules = {i: attention_module(lm.family, layer) for i, layer in enumerate(lm.layers)}
+    rows, forms = {}, []
+    flex_parts = flex.flex_parts
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "_flex_here", lambda query: True)
+        patch.setattr(flex, "flex_parts", lambda *a, **kw: forms.append(kw.get("bias") is not None and
+                                                                        kw["bias"].is_floating_point())
+                      or flex_parts(*a, **kw))  # fmt: skip
+        with attention.watch_attention(lm.model, modules, None, lambda *a: None,
+                                       lambda layer, packed: rows.__setitem__(layer, packed.unpack(packed.parts))):
+            logits = lm.model(input_ids=ids, attention_mask=keep, use_cache=False).logits
+    assert forms == [True] * len(lm.layers)
+    torch.testing.assert_close(logits[0, 3:], eager.logits[0, 3:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[1], eager.logits[1], atol=1e-4, rtol=1e-4)
+    n, t = ids.shape[1], torch.arange(ids.shape[1])
+    for layer, A in enumerate(a.double() for a in eager.attentions):
+        got = rows[layer]
+        for name, expected in (("sink", A[..., 0]), ("diag", A[..., t, t]),
+                               ("prev", torch.cat([A[..., :1, 0] * 0, A[..., t[1:], t[:-1]]], -1))):  # fmt: skip
+            torch.testing.assert_close(getattr(got, name).double()[0, :, 3:], expected[0, :, 3:], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(getattr(got, name).double()[1], expected[1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.columns[1], A[1].sum(-2), atol=1e-5, rtol=1e-5)
+        plogp = torch.where(A > 0, A * A.clamp_min(1e-300).log(), torch.zeros_like(A))
+        entropy = (-plogp.sum(-1)[..., 1:] / torch.log(t[1:] + 1.0).double()).sum(-1)
+        torch.testing.assert_close(got.entropy[1], entropy[1], atol=1e-5 * n, rtol=1e-5)
+        torch.testing.assert_close(got.sink[0, :, 2].double(), torch.full_like(A[0, :, 2, 0], 1 / 3))  # sees no key
+        assert (A[1, :, :, -4:] == 0).all()  # the right padding's keys were hidden

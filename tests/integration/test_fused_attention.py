@@ -212,9 +212,9 @@ def test_routing_rows_up_to_the_threshold_then_fused_where_exact():
 
 
 def test_routing_on_cuda_takes_the_flex_path_for_plain_causal_attention(monkeypatch):
-    """On CUDA the flex path takes plain causal attention at every length, sliding windows, softcaps and boolean
-    (padding) masks; an additive mask (ALiBi) the block path; after a failed flex compilation the CPU's rule
-    (device tensors stood in for by objects with a CUDA device)."""
+    """On CUDA the flex path takes plain causal attention at every length, sliding windows, softcaps, boolean
+    (padding) masks and additive masks (ALiBi); after a failed flex compilation the CPU's rule (device tensors
+    stood in for by objects with a CUDA device)."""
     from types import SimpleNamespace
 
     def cuda(length: int) -> SimpleNamespace:
@@ -228,8 +228,9 @@ def test_routing_on_cuda_takes_the_flex_path_for_plain_causal_attention(monkeypa
     assert route(cuda(16), cuda(16), None, 50.0) == "flex"
     assert route(cuda(16), cuda(16), boolean_mask, 50.0, 5) == "flex"
     assert route(cuda(16), cuda(16), boolean_mask, None, 5) == "flex"
-    assert route(cuda(16), cuda(16), torch.zeros(1, 1, 16, 16), None) == "blocks"  # additive: ALiBi
+    assert route(cuda(16), cuda(16), torch.zeros(1, 1, 16, 16), None) == "flex"  # additive: ALiBi
     monkeypatch.setattr(attention, "_flex_failed", True)
+    assert route(cuda(16), cuda(16), torch.zeros(1, 1, 16, 16), None) == "blocks"
     assert route(cuda(32768), cuda(32768), None, None) == "rows"
     assert route(cuda(16), cuda(16), boolean_mask, None, 5) == "blocks"
     assert route(cuda(16), cuda(16), None, 50.0) == "blocks"

@@ -5,8 +5,8 @@ attention function registered without one gets no causal mask, and would silentl
 Four paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
 picks one:
 
-- `capture.flex.flex_parts`, on CUDA for every call but those with an additive mask (ALiBi): plain causal
-  attention, sliding windows, logit softcaps and boolean (padding) masks, at every length: two or three
+- `capture.flex.flex_parts`, on CUDA for every call: plain causal attention, sliding windows, logit softcaps,
+  boolean (padding) masks and additive masks (ALiBi, Falcon), at every length: two or three
   `flex_attention` calls compiled into fused kernels, no map (the module's doc has the identities), in the
   precision `attention_precision` sets.
 - `capture.blocks.row_attention`, for plain causal attention (no mask tensor, no softcap) up to
@@ -19,8 +19,8 @@ picks one:
   O(d); the second is the transposed attention with `−lse_t` folded into the logits, whose log-normaliser is
   the column sum `log c_k = log Σ_{t≥k} A[t,k]` and whose output gives the entropy sum.
 - `capture.blocks.blocked_attention`, for everything else (on the CPU: sliding windows shorter than T, padding
-  masks, softcapping; everywhere: additive masks): query blocks of about 4 MB (256 MB on an accelerator),
-  softmaxed, handed to the observer and multiplied by v, so no more than one block of one layer's attention
+  masks, softcapping, additive masks; on CUDA, masked calls whose flex kernels cannot compile): query blocks of
+  about 4 MB (256 MB on an accelerator), softmaxed, handed to the observer and multiplied by v, so no more than one block of one layer's attention
   exists at a time.
 Modules that no observer watches fall through to the plain sdpa path. Learned sinks (gpt-oss) take their own
 block path (`capture.learned_sink`) on every device: the flex path has their form (`flex_parts(sinks=...)`), but
@@ -73,13 +73,13 @@ def attention_path(
 ) -> str:
     """Which path computes this call exactly and fastest: "flex", "rows", "fused" or "blocks".
 
-    On CUDA, where this torch has flex_attention, the compiled flex path (`capture.flex`) takes every call but
-    those with an additive (float) mask (ALiBi): plain causal attention, sliding windows, logit softcaps and
-    boolean masks (padding). On the CPU plain causal attention (transformers' sdpa mask function returns no mask
+    On CUDA, where this torch has flex_attention, the compiled flex path (`capture.flex`) takes every call: plain
+    causal attention, sliding windows, logit softcaps, boolean masks (padding) and additive (float) masks (ALiBi).
+    On the CPU plain causal attention (transformers' sdpa mask function returns no mask
     then: no padding, no sliding window shorter than T) without a logit softcap takes the fused path beyond
     `ROWS_UP_TO_SEQ_LEN` tokens where that is exact (equal q and v head sizes, as the CPU flash kernel needs), the
     rows path otherwise; everything else takes the block path."""
-    if _flex_here(query) and (attention_mask is None or attention_mask.dtype == torch.bool):
+    if _flex_here(query):
         return "flex"
     if softcap is not None or attention_mask is not None:
         return "blocks"
@@ -152,8 +152,11 @@ def _layer_rows(path: str, query: Tensor, key: Tensor, value: Tensor, scaling: f
 
 
 def _flex_form(attention_mask: Tensor | None, window: int | None, softcap: float | None) -> dict:
-    """`flex_parts`'s mask and softcap for a call on the flex path: a sliding window in a forward pass without an
-    attention mask is the window's own (cheaper) form, any other boolean mask the mask's."""
+    """`flex_parts`'s mask, bias and softcap for a call on the flex path: a sliding window in a forward pass without
+    an attention mask is the window's own (cheaper) form, any other boolean mask the mask's; a float mask is an
+    additive bias (it holds the window and any padding)."""
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        return {"mask": None, "bias": attention_mask, "softcap": softcap}
     padding_free_window = window is not None and _padding_free
     return {"mask": None if padding_free_window else attention_mask, "softcap": softcap}
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sinkscope.capture.flex_masks import flex_masks
+from sinkscope.capture.flex_masks import additive_parts, flex_masks
 from sinkscope.capture.readout import AttentionReadout, PackedReadout
 from sinkscope.functional.patterns import entropy_weights
 
@@ -80,35 +80,46 @@ def _capped(score: Tensor, softcap: float | None) -> Tensor:
     return score if softcap is None else softcap * torch.tanh(score / softcap)
 
 
-def _forward(query: Tensor, key: Tensor, value: Tensor, scale: float, block_mask,
-             softcap: float | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _modified(score: Tensor, softcap: float | None, additive: tuple[Tensor, ...] | None, b, h, t, j) -> Tensor:
+    """`S'[t,j]`: the logit, capped under a softcap; with an additive mask `(bias, shift, seen)` (expanded to
+    (B, H, T, ·); `flex_masks.additive_parts`) `seen_t·S'[t,j] + (bias[t,j] − shift_t)`: the bias less the row's
+    largest visible bias, and the logits dropped in a row whose every key is hidden (a uniform row, as in eager)."""
+    score = _capped(score, softcap)
+    if additive is None:
+        return score
+    bias, shift, seen = additive
+    return score * seen[b, h, t] + (bias[b, h, t, j] - shift[b, h, t])
+
+
+def _forward(query: Tensor, key: Tensor, value: Tensor, scale: float, block_mask, softcap: float | None = None,
+             additive: tuple[Tensor, ...] | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Call 1: causal attention (GQA) and its row log-normaliser."""
 
-    def capped(score, b, h, q_idx, kv_idx):
-        return _capped(score, softcap)
+    def modified(score, b, h, q_idx, kv_idx):
+        return _modified(score, softcap, additive, b, h, q_idx, kv_idx)
 
-    return _flex_with_lse(query, key, value, scale, block_mask, None if softcap is None else capped, enable_gqa=True)
+    plain = softcap is None and additive is None
+    return _flex_with_lse(query, key, value, scale, block_mask, None if plain else modified, enable_gqa=True)
 
 
 def _log_column_sums(keys: Tensor, queries: Tensor, lse: Tensor, scale: float, block_mask,
-                     softcap: float | None = None) -> Tensor:  # fmt: skip
+                     softcap: float | None = None, additive: tuple[Tensor, ...] | None = None) -> Tensor:  # fmt: skip
     """Call 2: `log c_k` (B, H, T) from keys (B, H, T, D) attending to queries with `S'[t,k] − lse_t` (`lse`: the
     row normaliser L_t)."""
 
     def minus_row_lse(score, b, h, q_idx, kv_idx):
-        score = _capped(score, softcap)
-        return score - lse[b, h, kv_idx]
+        return _modified(score, softcap, additive, b, h, kv_idx, q_idx) - lse[b, h, kv_idx]
 
     unused = queries.new_zeros(*queries.shape[:-1], _UNUSED_VALUE_DIM)
     return _flex_with_lse(keys, queries, unused, scale, block_mask, score_mod=minus_row_lse)[1]
 
 
 def _log_entropies(query: Tensor, key: Tensor, lse: Tensor, scale: float, block_mask,
-                   softcap: float | None = None) -> Tensor:  # fmt: skip
+                   softcap: float | None = None, additive: tuple[Tensor, ...] | None = None) -> Tensor:  # fmt: skip
     """Call 3: `log H'_t = log Σ_j A'[t,j](−log A'[t,j])` (B, H, T), `A'[t,j] = exp(S'[t,j] − lse_t)` (GQA)."""
 
     def times_minus_log(score, b, h, q_idx, kv_idx):
-        log_a = _capped(score, softcap) - lse[b, h, q_idx]
+        log_a = _modified(score, softcap, additive, b, h, q_idx, kv_idx) - lse[b, h, q_idx]
         return log_a + torch.log(torch.clamp(-log_a, min=_TINY))
 
     unused = key.new_zeros(*key.shape[:-1], _UNUSED_VALUE_DIM)
@@ -173,6 +184,7 @@ def flex_parts(
     mask: Tensor | None = None,
     softcap: float | None = None,
     sinks: Tensor | None = None,
+    bias: Tensor | None = None,
     precision: str = "exact",
 ) -> tuple[Tensor, PackedReadout]:
     """Causal attention (B, T, H, Dv) like transformers', and its `AttentionReadout` packed (`PACKED`, module doc).
@@ -181,7 +193,8 @@ def flex_parts(
     `window`: sliding-window attention (query t sees keys `t − window < j ≤ t`); `mask`: a boolean attention mask
     (B or 1, 1, T, T), True = attend (padding; `capture.flex_masks`); `softcap`: logits `c·tanh(S/c)`; `sinks`
     (H,): learned sink logits σ_h (the packed rows then carry `log(1 − m_t)`, `learned_sink_mass` reads `m_t`);
-    `precision`: "exact" or "model" (module doc). Besides the kernels, about twenty tensor operations per layer
+    `bias`: an additive float mask (B or 1, H or 1, T, T) added to the logits (ALiBi, Falcon; the dtype's minimum
+    where a key is hidden; `capture.flex_masks.additive_parts`); `precision`: "exact" or "model" (module doc). Besides the kernels, about twenty tensor operations per layer
     (each a kernel launch on an accelerator, views aside): the logits `S[t,0]`, `S[t,t]`, `S[t,t−1]` (and with
     centred keys `s q_t·k̄`, `s q_t·ō_t`) come from one product of q with the rows of each query picked out of one
     stacked source; turning the packed numbers into `AttentionReadout` (`unpack_rows`) waits until every layer's
@@ -197,24 +210,30 @@ def flex_parts(
     causal, anti_causal, hidden = flex_masks(T, query.device, window, mask, B)
     forward, log_column_sums, log_entropies = _kernels(query.device.type)
     keys = k_in.index_select(1, _kv_heads(H, group, str(query.device)))  # (B, H, T, D): each query head's keys
-    by_centred_keys = exact and softcap is None  # the entropy from call 1's extra columns, else from call 3
+    additive, bias_entries = additive_parts(bias, B, H) if bias is not None else (None, None)
+    by_centred_keys = exact and softcap is None and bias is None  # the entropy from call 1's extra columns, else call 3
     if by_centred_keys:
         k_mean = keys.mean(2, keepdim=True)  # (B, H, 1, D): k̄, the same within a kv group
         v_in = torch.cat([v_in, k - k_mean[:, ::group]], -1)
-    mixed, lse = forward(q_in, k_in, v_in, scaling, causal, softcap)
+    mixed, lse = forward(q_in, k_in, v_in, scaling, causal, softcap, additive)
     out = mixed[..., :Dv].float()
-    norm = lse if sinks is None else torch.logaddexp(lse, sinks.float().view(1, H, 1))  # L_t
-    log_columns = log_column_sums(keys, q_in, norm, scaling, anti_causal, softcap)
+    if sinks is not None:  # σ_h, less the row's bias shift where the logits carry it
+        sink = sinks.float().view(1, H, 1) if additive is None else sinks.float().view(1, H, 1) - additive[1]
+    norm = lse if sinks is None else torch.logaddexp(lse, sink)  # L_t
+    log_columns = log_column_sums(keys, q_in, norm, scaling, anti_causal, softcap, additive)
     # Query t's rows [k_0, k_t, k_{t−1}(, k̄, ō_t)], picked from one source (B, H, T, 3 or 5, D), times s q_t.
     source = torch.cat([keys, mixed[..., Dv:], k_mean], 2) if by_centred_keys else keys.float()
     rows = source.index_select(2, _row_keys(T, by_centred_keys, str(query.device))).view(B, H, T, -1, D)
     logits = ((q * scaling).unsqueeze(3) * rows).sum(-1)  # s q_t·[k_0, k_t, k_{t−1}(, k̄, ō_t)]
     if softcap is not None:
         logits = _capped(logits, softcap)
+    if bias_entries is not None:
+        logits = logits * additive[2].unsqueeze(-1) + bias_entries
     if hidden is not None:  # keys the query does not see: logit −∞, entry exp(−∞ − L) = 0
         logits = logits.masked_fill(hidden[..., : logits.shape[-1]], -torch.inf)
     # Σ_j A' S' = x_t + y_t: s q_t·k̄ + s q_t·ō_t (in `logits`; differences in float64 later), else lse_t − H'_t
-    x_and_y = [] if by_centred_keys else [lse, -log_entropies(q_in, k_in, lse, scaling, causal, softcap).exp()]
+    x_and_y = [] if by_centred_keys else [lse, -log_entropies(q_in, k_in, lse, scaling, causal, softcap,
+                                                              additive).exp()]  # fmt: skip
     if mask is not None:  # a query that sees no key (lse −∞): a row of zeros, not NaN (x_t and L_t set to 0)
         empty = lse == -torch.inf
         norm = norm.masked_fill(empty, 0.0)
@@ -224,7 +243,7 @@ def flex_parts(
             x_and_y[0] = lse.masked_fill(empty, 0.0)
     extra = []
     if sinks is not None:  # log(1 − m_t) = lse_t − L_t, without the cancellation
-        log_kept = -F.softplus(sinks.float().view(1, H, 1) - lse)
+        log_kept = -F.softplus(sink - lse)
         out = out * log_kept.exp().unsqueeze(-1)
         extra = [log_kept]
     parts = torch.cat([logits, torch.stack([*x_and_y, norm, log_columns, out.norm(dim=-1), *extra], -1)], -1)

@@ -10,6 +10,9 @@ keys `s q_t·k̄`, `s q_t·ō_t`), which of them name a key the query does not s
   window where there is one), True = attend: `M[b, 0, t, j] ∧ j ≤ t` (causality is kept even if `M` lacks it).
   A query that sees no key (a left-padding position) gets a row of zeros: no output, no entry, no entropy, no
   column mass.
+
+An additive float mask (ALiBi, Falcon: the bias where a key is seen, the dtype's minimum where hidden) is added to
+the logits inside the calls, with the causal block masks: `additive_parts`.
 """
 
 from __future__ import annotations
@@ -105,3 +108,34 @@ def flex_masks(seq_len: int, device: torch.device, window: int | None, mask: Ten
         return last[2]
     causal, anti_causal = _block_masks(seq_len, str(device), window)
     return causal, anti_causal, None if window is None else _outside_window(seq_len, window, str(device))
+
+
+_last_additive: tuple[Tensor, int, int, tuple[tuple[Tensor, ...], Tensor]] | None = None
+# A row whose largest visible bias is below this sees no key (its biases are all the dtype's minimum).
+_HIDDEN = -1e30
+
+
+def additive_parts(bias: Tensor, batch: int, heads: int) -> tuple[tuple[Tensor, ...], Tensor]:
+    """For an additive mask `bias` (B or 1, H or 1, T, T): `(bias, shift, seen)` expanded to (B, H, T, T), (B, H, T)
+    and (B, H, T) — `shift_t = max_{j ≤ t} bias[t,j]` (float32), which the calls subtract from row t's bias, and
+    `seen_t` 1.0 where row t sees a key, 0.0 where every key is hidden — and the (B or 1, H or 1, T, 3) float32
+    `bias[t,j] − shift_t` of the packed entries j = 0, t, t−1 (j = 0 at t = 0).
+
+    Subtracting a row's constant leaves its softmax unchanged, and keeps the logits from vanishing into the dtype's
+    minimum. In a row whose every key is hidden (left padding), eager attention adds the minimum to every logit and
+    the logits vanish in it: a uniform row, which `seen_t = 0` gives. Kept for the next call with the same mask
+    tensor (the layers of one forward pass share it), so it is computed once per forward pass."""
+    global _last_additive
+    last = _last_additive
+    if last is None or last[0] is not bias or last[1:3] != (batch, heads):
+        T = bias.shape[-1]
+        rows = bias.float()
+        visible = torch.ones(T, T, dtype=torch.bool, device=bias.device).tril()
+        shift = rows.masked_fill(~visible, -torch.inf).amax(-1)  # (B or 1, H or 1, T)
+        diagonal = rows.diagonal(0, -2, -1)
+        previous = torch.cat([diagonal[..., :1], rows.diagonal(-1, -2, -1)], -1)  # bias[t,t−1]; bias[0,0] at t = 0
+        entries = torch.stack([rows[..., 0], diagonal, previous], -1) - shift.unsqueeze(-1)
+        seen = (shift > _HIDDEN).float()
+        full = (bias.expand(batch, heads, T, T), shift.expand(batch, heads, T), seen.expand(batch, heads, T))
+        last = _last_additive = (bias, batch, heads, (full, entries))
+    return last[3]
