@@ -10,7 +10,7 @@ import torch
 
 from sinkscope.statistics.certificates import HalfSpaceCertificates
 from sinkscope.statistics.output_gate import OutputGates
-from sinkscope.statistics.state import KeyedSum, ShiftedMoments
+from sinkscope.statistics.state import KeyedSum, ShiftedMoments, Sum
 from sinkscope.statistics.statistic import QueryBlock
 
 
@@ -78,3 +78,15 @@ def test_gate_ratios_over_a_single_off_query_or_a_single_sink_query_are_numbers(
     assert math.isnan(heads.loc[1, "gate_sink_agreement"]) and heads.loc[1, "gate_off_given_sink"] == 0.0
     assert math.isclose(heads.loc[0, "gate_mean"], (0.05 + 0.5 + 0.9) / 3, rel_tol=1e-6)  # float32 gates
     assert math.isclose(heads.loc[1, "gate_mean"], 0.8, rel_tol=1e-6)
+
+
+def test_a_sum_adds_at_an_index_of_a_full_slice_then_plain_ints_where_plain_indexing_puts_it():
+    """`Sum.add` takes any index: full slices then rows fold along that axis, any other mix (a slice, then an int,
+    then an int) at once. Each add lands where `tensor[index] += value` puts it."""
+    state, expected = Sum((2, 3, 4)), torch.zeros(2, 3, 4, dtype=torch.float64)
+    adds = [((slice(None), 1, 2), torch.tensor([1.0, 2.0])), ((slice(None), slice(None), (0, 3)), torch.ones(2, 3, 2)),
+            ((slice(None), 2), torch.full((2, 4), 5.0)), ((1, 0, 3), torch.tensor(7.0))]  # fmt: skip
+    for index, value in adds:
+        state.add(value, index)
+        expected[index] += value.double()
+    torch.testing.assert_close(state.value, expected, rtol=0, atol=0)
