@@ -12,6 +12,7 @@ from sinkscope.capture.layer_inputs import layer_input_hooks, layer_inputs
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.dense_attention import mixed_attention
 
 
 @pytest.fixture
@@ -50,12 +51,24 @@ def test_layer_input_hooks_without_a_forward_pass_raise_nothing(lm):
     assert reached == set()
 
 
+INTERVENTIONS = {"zero": lambda lm, heads: head_ablation(lm, heads, "zero"),
+                 "bos": lambda lm, heads: head_ablation(lm, heads, "bos"),
+                 "uniform-mix": lambda lm, heads: mixed_attention(lm, heads, 0.5)}
+
+
+@pytest.mark.parametrize("intervention", INTERVENTIONS)
 @pytest.mark.parametrize("heads", [[(1, 0)], [(0, 0), (1, 1)]], ids=["none-reached", "some-reached"])
-def test_ablation_hook_never_reached_raises(lm, heads):
+def test_head_output_hook_never_reached_raises(lm, heads, intervention):
     _skip_block(lm, 1)
     with pytest.raises(SinkscopeError, match=r"layers \[1\] were never reached"):
-        with head_ablation(lm, heads, "zero"):
+        with INTERVENTIONS[intervention](lm, heads):
             lm.model(input_ids=IDS, use_cache=False)
+
+
+@pytest.mark.parametrize("intervention", INTERVENTIONS)
+def test_head_output_hooks_reached_everywhere_raise_nothing(lm, intervention):
+    with INTERVENTIONS[intervention](lm, [(0, 0), (1, 1), (2, 0)]):
+        lm.model(input_ids=IDS, use_cache=False)
 
 
 def test_ablation_without_a_forward_pass_raises_nothing(lm):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from sinkscope.capture.head_outputs import reach_check
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import input_norm_module
 from sinkscope.models.load import LoadedModel
@@ -34,11 +35,9 @@ def layer_input_hooks(
     blocks = lm.layers
     wanted = range(len(blocks)) if layers is None else layers
     pending: dict[int, Tensor] = {}
-    reached: set[int] = set()
-    passes: list[int] = []  # one entry per forward pass of the base model inside the block
     handles = []
 
-    def block_pre_hook(index: int, reads_h: bool):
+    def block_pre_hook(index: int, reached: set[int], reads_h: bool):
         def hook(_module, args, kwargs):
             h = args[0] if args else kwargs["hidden_states"]
             if reads_h:  # no input norm: the attention input is the residual stream itself
@@ -49,7 +48,7 @@ def layer_input_hooks(
 
         return hook
 
-    def norm_hook(index: int):
+    def norm_hook(index: int, reached: set[int]):
         def hook(_module, _args, output):
             z = output[0] if isinstance(output, tuple) else output
             callback(index, pending.pop(index), z)
@@ -57,23 +56,22 @@ def layer_input_hooks(
 
         return hook
 
-    try:
-        handles.append(lm.base.register_forward_pre_hook(lambda _module, _args: passes.append(1)))
-        for index in wanted:
-            if not 0 <= index < len(blocks):
-                raise SinkscopeError(f"layer {index} does not exist: the model has layers 0..{len(blocks) - 1}")
-            block = blocks[index]
-            norm = input_norm_module(lm.family, block)
-            handles.append(block.register_forward_pre_hook(block_pre_hook(index, norm is None), with_kwargs=True))
-            if norm is not None:
-                handles.append(norm.register_forward_hook(norm_hook(index)))
-        yield reached
-    finally:
-        for handle in handles:
-            handle.remove()
-    missing = sorted(set(wanted) - reached)
-    if passes and missing:
-        raise SinkscopeError(f"capture points of layers {missing} were never reached during the forward pass")
+    for index in wanted:
+        if not 0 <= index < len(blocks):
+            raise SinkscopeError(f"layer {index} does not exist: the model has layers 0..{len(blocks) - 1}")
+    with reach_check(lm, wanted, "capture points") as reached:
+        try:
+            for index in wanted:
+                block = blocks[index]
+                norm = input_norm_module(lm.family, block)
+                handles.append(block.register_forward_pre_hook(
+                    block_pre_hook(index, reached, norm is None), with_kwargs=True))  # fmt: skip
+                if norm is not None:
+                    handles.append(norm.register_forward_hook(norm_hook(index, reached)))
+            yield reached
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 @torch.no_grad()

@@ -32,10 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from sinkscope.capture.head_outputs import edited_head_outputs
 from sinkscope.errors import SinkscopeError
-from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
-from sinkscope.models.weight_maps import projection_channels
 from sinkscope.statistics.smoothing_curves import causal_uniform_mix, mean_pairwise_cosine
 from sinkscope.theory.smoothing_regimes import REGIMES, smoothing_regime
 
@@ -62,45 +61,19 @@ class DenseConfig:
 def mixed_attention(lm: LoadedModel, heads: Sequence[tuple[int, int]], lam: float) -> Iterator[None]:
     """Inside the block, each (layer, head) attends with `(1−λ) A + λ U` (U causal uniform); hooks removed in
     `finally`. Raises if a forward pass ran and a hooked layer was not reached."""
-    layout, family, blocks = lm.layout, lm.family, lm.layers
     by_layer: dict[int, list[int]] = defaultdict(list)
     for layer, head in heads:
         by_layer[layer].append(head)
-    channels = projection_channels(family, layout, "v").to(lm.device)
-    dh, group = layout.head_dim, layout.group
-    uniform_values: dict[int, Tensor] = {}
-    handles = []
+    group = lm.layout.group
 
-    def value_hook(layer: int):
-        def hook(_module, _args, output):
-            values = output[..., channels]  # (B, T, n_kv*dh)
-            B, T = values.shape[:2]
-            uniform_values[layer] = causal_uniform_mix(values.reshape(B, T, layout.n_kv_heads, dh).transpose(1, 2))
+    def uniform_values(values: Tensor) -> Tensor:  # (B, T, n_kv, dh) → (B, n_kv, T, dh): mean_{j≤t} v_j
+        return causal_uniform_mix(values.transpose(1, 2))
 
-        return hook
+    def edit(_layer: int, head: int, output: Tensor, uniform: Tensor) -> Tensor:
+        return (1 - lam) * output + lam * uniform[:, head // group]
 
-    def output_pre_hook(layer: int, layer_heads: list[int]):
-        def hook(_module, args):
-            mixed = args[0].clone()
-            B, T = mixed.shape[:2]
-            per_head = mixed.view(B, T, layout.n_heads, dh)  # (B, T, H, dh)
-            for head in layer_heads:
-                uniform = uniform_values[layer][:, head // group]  # (B, T, dh): mean_{j≤t} v_j
-                per_head[:, :, head] = (1 - lam) * per_head[:, :, head] + lam * uniform
-            return (mixed, *args[1:])
-
-        return hook
-
-    try:
-        for layer, layer_heads in by_layer.items():
-            attn = attention_module(family, blocks[layer])
-            handles.append(getattr(attn, family.value_proj).register_forward_hook(value_hook(layer)))
-            handles.append(getattr(attn, family.output_proj).register_forward_pre_hook(
-                output_pre_hook(layer, layer_heads)))  # fmt: skip
+    with edited_head_outputs(lm, by_layer, edit, uniform_values):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
