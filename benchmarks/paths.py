@@ -11,6 +11,8 @@ Methods (SmolLM2 by default, float32, `AnalyzeConfig(geometry_cap=0)`):
   rows         `analyze` with every plain causal layer on the rows path, whatever T
   fused        `analyze` with every plain causal layer on the fused path (two flash-kernel calls), whatever T
   blocked      `analyze` with every layer on the block path (the path of every release before the fused one)
+  budget-rows  `sinkscope` with the rows path's blocks cut by the element budget alone (no `MIN_ROWS_PER_BLOCK`:
+               the rows path before issue 33's round four)
 "others' CPU" is the share of all cores that other processes used during the rounds (from /proc/stat).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/paths.py --seq-len 1024 --windows 2 --batch 2 --threads 1
@@ -32,7 +34,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-METHODS = ("floor", "sinkscope", "rows", "fused", "blocked")
+METHODS = ("floor", "sinkscope", "rows", "fused", "blocked", "budget-rows")
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -46,10 +48,13 @@ def cpu_ticks() -> tuple[int, int]:
 @contextmanager
 def variant(method: str):
     """Patch sinkscope's attention module for the benchmark-only variants."""
-    from sinkscope.capture import attention
+    from sinkscope.capture import attention, blocks
 
     with ExitStack() as stack:
-        if method == "blocked":
+        if method == "budget-rows":
+            stack.callback(setattr, blocks, "MIN_ROWS_PER_BLOCK", blocks.MIN_ROWS_PER_BLOCK)
+            blocks.MIN_ROWS_PER_BLOCK = 1
+        elif method == "blocked":
             original = attention.attention_path
             attention.attention_path = lambda *a: "blocks"
             stack.callback(setattr, attention, "attention_path", original)

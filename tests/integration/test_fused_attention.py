@@ -61,6 +61,29 @@ def test_layer_rows_equal_softmax_maps(path, kv, sharpness):
         assert (A[..., 1:, :].amax(-1) > 0.99).any(), "no near-one-hot row: the cancellation case was not exercised"
 
 
+def test_the_rows_path_takes_at_least_56_queries_per_block_on_the_cpu_within_4x_its_budget(monkeypatch):
+    """Long windows on the CPU: 56 query rows per block where the element budget gives fewer (SmolLM2's 9 heads:
+    28 at T = 4096, 14 at 8192), the budget's own count where it gives more, within 4× the budget (a batch of 64 at
+    T = 1024: 7 rows) and a quarter of the window; the device's budget alone on an accelerator. Blocks so cut give
+    the float64 maps' rows."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert [blocks.row_block_rows(B, 9, n, cpu) for B, n in ((1, 4096), (1, 8192), (2, 1024), (8, 256))] == [56] * 4
+    assert blocks.row_block_rows(1, 9, 1024, cpu) == 113 and blocks.row_block_rows(64, 9, 1024, cpu) == 7
+    assert blocks.row_block_rows(1, 9, 4096, cuda) == 1820
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 2 * 3 * 60 * 10)  # 10 rows per block; at least min(56, 15, 40)
+    assert blocks.row_block_rows(2, 3, 60, cpu) == 15
+    g = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(2, 3, 60, 8, generator=g) * 3, torch.randn(2, 1, 60, 8, generator=g), torch.randn(2, 1, 60, 8, generator=g)
+    out, rows = attention.row_attention(q, k, v, 0.5)
+    A, t = softmax_maps(q, k, 0.5), torch.arange(60)
+    torch.testing.assert_close(out.double(), (A @ v.double().expand(2, 3, 60, 8)).transpose(1, 2), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rows.columns, A.sum(-2), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rows.prev.double()[..., 1:], A[..., t[1:], t[:-1]], atol=1e-5, rtol=1e-5)
+    plogp = torch.where(A > 0, A * A.clamp_min(1e-300).log(), torch.zeros_like(A))
+    entropy = (-plogp.sum(-1)[..., 1:] / torch.log(t[1:] + 1.0).double()).sum(-1)
+    torch.testing.assert_close(rows.entropy, entropy, atol=1e-5 * 60, rtol=1e-5)
+
+
 def test_row_attention_takes_logsumexp_where_neither_candidate_key_holds_mass(monkeypatch):
     """Rows whose mass sits on a middle key (A[t,0] and A[t,t] below 1e-30) need lse from logsumexp, not from
     `S[t,j] − log P[t,j]`; the entropy is still exact, and the branch is taken."""

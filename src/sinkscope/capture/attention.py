@@ -22,9 +22,9 @@ picks one:
   masks, softcapping, additive masks; on CUDA, masked calls whose flex kernels cannot compile): query blocks of
   about 4 MB (256 MB on an accelerator), softmaxed, handed to the observer and multiplied by v, so no more than one block of one layer's attention
   exists at a time.
-Modules that no observer watches fall through to the plain sdpa path. Learned sinks (gpt-oss) take their own
-block path (`capture.learned_sink`) on every device: the flex path has their form (`flex_parts(sinks=...)`), but
-the feed does not yet take a learned sink's mass from a map-free layer.
+Modules that no observer watches fall through to the plain sdpa path. Learned sinks (gpt-oss) take the flex path
+on CUDA (`flex_parts(sinks=...)`, the sink's mass reported before the layer's rows) and their own block path
+(`capture.learned_sink`) elsewhere.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ BLOCK_ELEMENTS = 1 << 20
 # softmax) keeps a block to tens of kernel launches per layer instead of one query row per block, and stays
 # well inside the 2× of the forward pass's own activation memory at the lengths analysed.
 DEVICE_BLOCK_ELEMENTS = 1 << 26
+# The CPU's rows path takes at least this many queries per block where the element budget gives fewer (long T):
+# a group's logits product then has 3·56 rows, enough for BLAS to run at speed (SmolLM2's shapes, 1 thread: 1.58×
+# sdpa at T = 4096 against 1.64× with the budget's 28 rows, 1.78× at 8192 against 2.02× with 14;
+# `benchmarks/attention_parts.py`, docs/performance.md), within 4× the budget and a quarter of the window.
+MIN_ROWS_PER_BLOCK = 56
 
 
 def block_elements(device: torch.device) -> int:
@@ -87,6 +92,16 @@ def blocked_attention(
     return out
 
 
+def row_block_rows(batch: int, heads: int, seq_len: int, device: torch.device) -> int:
+    """Queries per block of the rows path: `block_rows` of the device's budget, and on the CPU at least
+    `min(MIN_ROWS_PER_BLOCK, T // 4, block_rows of 4× the budget)`."""
+    budget = block_elements(device)
+    rows = block_rows(batch, heads, seq_len, budget)
+    if device.type != "cpu":
+        return rows
+    return max(rows, min(MIN_ROWS_PER_BLOCK, seq_len // 4, block_rows(batch, heads, seq_len, 4 * budget)))
+
+
 def host_reads_are_cheap(device: torch.device) -> bool:
     """Whether reading a value of `device` on the host costs nothing (the CPU) or stalls the device (the rest)."""
     return device.type == "cpu"
@@ -115,7 +130,7 @@ def row_attention(query: Tensor, key: Tensor, value: Tensor, scaling: float) -> 
     entropy = torch.zeros(B, H, dtype=torch.float64, device=query.device)
     weights = entropy_weights(0, T, query.device)
     floor = torch.finfo(torch.float32).min  # not −inf: P·S must stay 0 (not NaN) where P = 0
-    step = block_rows(B, H, T, block_elements(query.device))
+    step = row_block_rows(B, H, T, query.device)
     host_reads_cheap = host_reads_are_cheap(query.device)
     above = torch.ones(step, step, dtype=torch.bool, device=query.device).triu(1)  # the corner's masked part
     for start in range(0, T, step):
