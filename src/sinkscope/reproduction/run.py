@@ -12,6 +12,8 @@ section whose key matches is read back instead of recomputed, so a rerun only do
     MODEL/ablate-bos/       `sinkscope ablate --mode bos` (sink-like heads vs random heads, attention moved to BOS)
     MODEL/sink-queries/     sink-like heads zeroed on their sink queries only vs the same heads on non-sink
                             queries and matched random head-and-query sets, per window (`reproduction.sink_query`)
+    MODEL/ablate-sensitivity/  the two ablations again at their head fraction and sink-query δ × ½, × 2, 5 draws
+                            per control (`reproduction.ablation_variants`; not under --quick)
     MODEL/switch-CORPUS/    per-window switch curves over τ, switched-off queries by route, residual-stream
                             cosines (`reproduction.switch_evidence`)
     MODEL/cost-layers/      exact sink/diagonal costs on the model's raw attention inputs at several T

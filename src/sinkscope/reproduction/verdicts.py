@@ -20,7 +20,7 @@ effects' bootstrap over the right unit, and flagged when half or double any deci
    halved and doubled on the odds scale `x / (1 − x)`, so it stays a fraction (0.5 → 1/3 and 2/3; 0.05 → 0.026
    and 0.095); the others are multiplied by ½ and 2. If any of these differs (a `not measurable here` there
    carries no information), a `supported` or `not supported` verdict becomes `partly`, with the reason "depends
-   on NAME". A threshold the measurement fixed (one δ picked the zeroed queries, only 20 controls were drawn)
+   on NAME". A threshold the measurement fixed (one δ counted under `--quick`, only 20 controls were drawn)
    cannot be re-decided from the same numbers at every scale: the claim names it in `fixed` with the reason,
    and the sensitivity records it as not varied (`verdict: None`, `not_varied: REASON`), never silently.
 5. **Descriptive** claims (the paper states a condition, not a frequency) get `descriptive`: the measurement
