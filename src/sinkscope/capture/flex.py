@@ -1,7 +1,8 @@
 """The flex path: causal attention and its `AttentionReadout` from `flex_attention` calls, the path CUDA takes.
 
 No call forms the T×T map. With logits `S[t,j] = s q_t·k_j` (s the scale; `S' = c·tanh(S/c)` under a logit
-softcap c, Gemma-2), the row normaliser `L_t` and `A[t,j] = exp(S'[t,j] − L_t)`:
+softcap c, Gemma-2; plus an additive mask's bias, less its row's largest, with ALiBi: `_modified`), the row
+normaliser `L_t` and `A[t,j] = exp(S'[t,j] − L_t)`:
 
 1. Causal attention of `q` over `k` and its row log-normaliser `lse_t = log Σ_{j≤t} exp S'[t,j]`; the output is
    `o_t = Σ_j A[t,j] v_j`. Without a learned sink `L_t = lse_t`; with one (gpt-oss: a logit `σ_h` per head
@@ -13,7 +14,7 @@ softcap c, Gemma-2), the row normaliser `L_t` and `A[t,j] = exp(S'[t,j] − L_t)
    Centring the keys keeps the two terms small where keys share a large common part (massive activations).
 2. The transposed attention: queries `k_k`, keys `q_t`, `score_mod` subtracting `L_t`, mask `t ≥ k`; its
    log-normaliser is `log Σ_{t≥k} exp(S'[t,k] − L_t) = log c_k`, the column sums (its output is not used).
-3. Under a softcap, or in the model's precision (below), the entropy instead: call 1's mask with the `score_mod`
+3. Under a softcap or an additive mask, or in the model's precision (below), the entropy instead: call 1's mask with the `score_mod`
    `log A'[t,j] + log(−log A'[t,j])` (`A'[t,j] = exp(S'[t,j] − lse_t)`), whose log-normaliser is
    `log Σ_j A'[t,j](−log A'[t,j]) = log H'_t`, the entropy of call 1's row, with no cancellation; then
    `Σ_j A' S' = lse_t − H'_t`.
