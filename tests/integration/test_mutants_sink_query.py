@@ -29,3 +29,27 @@ def test_zeroed_sink_queries_change_the_loss():
     out = sink_query_losses(lm, list(ids.split(1)), heads, n_draws=2, seed=0, delta=0.99)
     assert (out["cells_selected"] > 0).all()
     assert np.all(np.abs(out["selected"]) > 1e-6)
+
+
+def test_the_random_sets_of_the_sink_query_ablation_follow_its_seed():
+    """`pipelines.query_ablation.sink_query_ablation`: the same seed draws the same matched random head-and-query
+    sets (the same losses), another seed other sets."""
+    from sinkscope.pipelines.query_ablation import sink_query_ablation
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=101, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    lm = LoadedModel(
+        model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={}
+    )
+    ids = torch.randint(2, 101, (2, 12), generator=torch.Generator().manual_seed(1))
+    ids[:, 0] = 1
+    heads = [(0, 1), (1, 2)]
+    first, again, other = (
+        sink_query_ablation(lm, [ids], heads, n_random=2, seed=s, delta=0.99) for s in (5, 5, 6)
+    )
+    random = first["set"] != "sink queries"
+    assert random.sum() == 2 and first["delta_loss"].equals(again["delta_loss"])
+    assert (first.loc[random, "delta_loss"] != other.loc[random, "delta_loss"]).all()

@@ -10,7 +10,7 @@ import torch
 
 from sinkscope.statistics.certificates import HalfSpaceCertificates
 from sinkscope.statistics.output_gate import OutputGates
-from sinkscope.statistics.state import KeyedSum, ShiftedMoments, Sum
+from sinkscope.statistics.state import KeyedSum, Max, ShiftedMoments, Sum
 from sinkscope.statistics.statistic import QueryBlock
 
 
@@ -90,3 +90,12 @@ def test_a_sum_adds_at_an_index_of_a_full_slice_then_plain_ints_where_plain_inde
         state.add(value, index)
         expected[index] += value.double()
     torch.testing.assert_close(state.value, expected, rtol=0, atol=0)
+
+
+def test_a_max_on_another_device_merges_a_cpu_state_onto_its_own_device():
+    """A state on an accelerator (the `meta` device stands in) merging one restored on the CPU: the merge moves
+    the other's values to this state's device (mixing devices would raise)."""
+    here, restored = Max((3,), device="meta"), Max((3,))
+    restored.add(torch.tensor([1.0, 5.0, -2.0]))
+    here.merge(restored)
+    assert here.value.device.type == "meta" and here.value.shape == (3,)
