@@ -122,7 +122,7 @@ def _falcon(config) -> dict:
     else:
         fields["qkv"] = "per_head"
     if getattr(config, "alibi", False):
-        fields["notes"] = "ALiBi: the position bias enters as an additive mask (block path)"
+        fields["notes"] = "ALiBi: the position bias enters as an additive mask (flex on CUDA, blocks on the CPU)"
     return fields
 
 
@@ -217,7 +217,7 @@ FAMILIES: tuple[Family, ...] = (
         output_proj="dense",
         query_proj="query_key_value",
         key_proj="query_key_value",
-        notes="multi-query, grouped (new decoder) or per-head QKV; rotary or ALiBi (block path)",
+        notes="multi-query, grouped (new decoder) or per-head QKV; rotary or ALiBi (flex on CUDA, blocks on the CPU)",
         configure=_falcon,
     ),
     Family("mixtral", ("mixtral",), notes="mixture-of-experts MLP"),
