@@ -73,3 +73,29 @@ def test_every_statistic_keeps_its_sums_on_the_models_device():
     dense = {name: found for name, found in devices.items() if found}
     assert {"PatternScores", "SwitchCounts", "WindowSinkRate", "WindowSummary", "BosGeometry"} <= set(dense)
     assert all(found == {"meta"} for found in dense.values()), dense
+
+
+def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_certifies():
+    """A model with output gates (Qwen3-Next's family entry) reported on the `meta` device: the gate statistic's
+    sums are made there. `geometry_cap` = 1 (the smallest sample) still builds the certificates, with the progress
+    bar asked for."""
+    import dataclasses
+
+    from sinkscope.statistics.certificates import HalfSpaceCertificates
+    from sinkscope.statistics.output_gate import OutputGates
+
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=101, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    lm = LoadedModel(
+        model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={}
+    )
+    gated = dataclasses.replace(lm.family, output_gate=family_for("qwen3_next").output_gate)
+    on_meta = SimpleNamespace(layers=lm.layers, layout=lm.layout, tokenizer=None, family=gated, model=lm.model,
+                              device=torch.device("meta"))  # fmt: skip
+    built = statistics_for(on_meta, 8, AnalyzeConfig(geometry_cap=1), progress=True)
+    (gates,) = [s for s in built if isinstance(s, OutputGates)]
+    assert {state.value.device.type for state in gates.sums.values()} == {"meta"}
+    (certificates,) = [s for s in built if isinstance(s, HalfSpaceCertificates)]
+    assert certificates.cap == 1 and certificates.progress is True
