@@ -9,6 +9,7 @@ import math
 import torch
 
 from sinkscope.statistics.certificates import HalfSpaceCertificates
+from sinkscope.statistics.massive_activations import MassiveActivations
 from sinkscope.statistics.output_gate import OutputGates
 from sinkscope.statistics.state import KeyedSum, Max, ShiftedMoments, Sum
 from sinkscope.statistics.statistic import QueryBlock
@@ -99,3 +100,10 @@ def test_a_max_on_another_device_merges_a_cpu_state_onto_its_own_device():
     restored.add(torch.tensor([1.0, 5.0, -2.0]))
     here.merge(restored)
     assert here.value.device.type == "meta" and here.value.shape == (3,)
+
+
+def test_massive_activation_checkpoints_name_the_bos_and_rest_maxima_and_the_histogram():
+    """A checkpoint's tensors are `"{state}.{tensor}"`: BOS's maxima, the other positions' maxima with where they
+    occurred, and the magnitude histogram (what a resumed run reads back)."""
+    names = set(MassiveActivations(n_layers=2, d_model=4).state_dict())
+    assert names == {"bos.value", "rest.value", "rest.position", "histogram.value"}
