@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -99,3 +100,14 @@ def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_ce
     assert {state.value.device.type for state in gates.sums.values()} == {"meta"}
     (certificates,) = [s for s in built if isinstance(s, HalfSpaceCertificates)]
     assert certificates.cap == 1 and certificates.progress is True
+
+
+def test_the_summary_counts_a_head_at_exactly_a_threshold_as_not_exceeding_it():
+    """`sink_rate_of_mean` and `sink_rates_of_mean`: the share of heads whose mean α exceeds ε (strictly). Heads at
+    α = 0.25, 0.5, 0.75, 0.75 with ε = 0.5 and 0.75: 2 of 4 exceed 0.5, none exceeds 0.75."""
+    from sinkscope.pipelines.analysis import summary
+
+    heads = pd.DataFrame({"sink_score": [0.25, 0.5, 0.75, 0.75], "diag_score": 0.0, "head_class": "mixed"})
+    numbers = summary(heads, {}, (0.5, 0.75))
+    assert numbers["sink_rate_of_mean"] == 0.5
+    assert numbers["sink_rates_of_mean"] == {"0.5": 0.5, "0.75": 0.0}

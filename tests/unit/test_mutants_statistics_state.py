@@ -9,7 +9,7 @@ import math
 import torch
 
 from sinkscope.statistics.certificates import HalfSpaceCertificates
-from sinkscope.statistics.massive_activations import MassiveActivations
+from sinkscope.statistics.massive_activations import ArgMax, MassiveActivations
 from sinkscope.statistics.output_gate import OutputGates
 from sinkscope.statistics.state import KeyedSum, Max, ShiftedMoments, Sum
 from sinkscope.statistics.statistic import QueryBlock
@@ -107,3 +107,11 @@ def test_massive_activation_checkpoints_name_the_bos_and_rest_maxima_and_the_his
     occurred, and the magnitude histogram (what a resumed run reads back)."""
     names = set(MassiveActivations(n_layers=2, d_model=4).state_dict())
     assert names == {"bos.value", "rest.value", "rest.position", "histogram.value"}
+
+
+def test_an_argmax_on_another_device_takes_cpu_values_onto_its_own_device():
+    """A massive-activation maximum on an accelerator (`meta` stands in) given values from the CPU: they are moved
+    to its device before the comparison (mixing devices would raise)."""
+    state = ArgMax((3,), device="meta")
+    state.add(torch.tensor([1.0, 5.0, -2.0]), torch.tensor([0, 1, 2]))
+    assert state.value.device.type == "meta" and state.position.device.type == "meta"
