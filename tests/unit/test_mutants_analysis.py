@@ -77,12 +77,13 @@ def test_every_statistic_keeps_its_sums_on_the_models_device():
 
 
 def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_certifies():
-    """A model with output gates (Qwen3-Next's family entry) reported on the `meta` device: the gate statistic's
-    sums are made there. `geometry_cap` = 1 (the smallest sample) still builds the certificates, with the progress
-    bar asked for."""
+    """A model with output gates (Qwen3-Next's family entry) and learned sinks (gpt-oss's) reported on the `meta`
+    device: the gate and learned-sink statistics' sums are made there. `geometry_cap` = 1 (the smallest sample)
+    still builds the certificates, with the progress bar asked for."""
     import dataclasses
 
     from sinkscope.statistics.certificates import HalfSpaceCertificates
+    from sinkscope.statistics.learned_sink import LearnedSinkScores
     from sinkscope.statistics.output_gate import OutputGates
 
     config = LlamaConfig(
@@ -92,12 +93,18 @@ def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_ce
     lm = LoadedModel(
         model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={}
     )
-    gated = dataclasses.replace(lm.family, output_gate=family_for("qwen3_next").output_gate)
+    gated = dataclasses.replace(lm.family, output_gate=family_for("qwen3_next").output_gate,
+                                learned_sink=family_for("gpt_oss").learned_sink)  # fmt: skip
     on_meta = SimpleNamespace(layers=lm.layers, layout=lm.layout, tokenizer=None, family=gated, model=lm.model,
                               device=torch.device("meta"))  # fmt: skip
     built = statistics_for(on_meta, 8, AnalyzeConfig(geometry_cap=1), progress=True)
     (gates,) = [s for s in built if isinstance(s, OutputGates)]
     assert {state.value.device.type for state in gates.sums.values()} == {"meta"}
+    (learned,) = [s for s in built if isinstance(s, LearnedSinkScores)]
+    dense = [
+        state for state in learned._states.values() if isinstance(getattr(state, "value", None), torch.Tensor)
+    ]
+    assert dense and {state.value.device.type for state in dense} == {"meta"}
     (certificates,) = [s for s in built if isinstance(s, HalfSpaceCertificates)]
     assert certificates.cap == 1 and certificates.progress is True
 
