@@ -78,11 +78,12 @@ def test_every_statistic_keeps_its_sums_on_the_models_device():
 
 def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_certifies():
     """A model with output gates (Qwen3-Next's family entry) and learned sinks (gpt-oss's) reported on the `meta`
-    device: the gate and learned-sink statistics' sums are made there. `geometry_cap` = 1 (the smallest sample)
-    still builds the certificates, with the progress bar asked for."""
+    device: the gate, learned-sink and key-token statistics' sums are made there. `geometry_cap` = 1 (the smallest
+    sample) still builds the certificates, with the progress bar asked for."""
     import dataclasses
 
     from sinkscope.statistics.certificates import HalfSpaceCertificates
+    from sinkscope.statistics.key_tokens import KeyTokens
     from sinkscope.statistics.learned_sink import LearnedSinkScores
     from sinkscope.statistics.output_gate import OutputGates
 
@@ -105,6 +106,8 @@ def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_ce
         state for state in learned._states.values() if isinstance(getattr(state, "value", None), torch.Tensor)
     ]
     assert dense and {state.value.device.type for state in dense} == {"meta"}
+    (key_tokens,) = [s for s in built if isinstance(s, KeyTokens)]
+    assert key_tokens.table.keys.device.type == "meta"
     (certificates,) = [s for s in built if isinstance(s, HalfSpaceCertificates)]
     assert certificates.cap == 1 and certificates.progress is True
 
