@@ -121,3 +121,18 @@ def test_the_summary_counts_a_head_at_exactly_a_threshold_as_not_exceeding_it():
     numbers = summary(heads, {}, (0.5, 0.75))
     assert numbers["sink_rate_of_mean"] == 0.5
     assert numbers["sink_rates_of_mean"] == {"0.5": 0.5, "0.75": 0.0}
+
+
+def test_a_window_longer_than_the_models_context_is_refused_with_the_limit():
+    """A Llama with 64 positions: T = 64 is accepted, T = 65 refused by one line naming the limit."""
+    from sinkscope.pipelines.analysis import check_seq_len
+
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=101, max_position_embeddings=64,
+    )  # fmt: skip
+    lm = LoadedModel(model=LlamaForCausalLM(config), tokenizer=None, family=family_for("llama"), identity={})
+    check_seq_len(lm, 64)
+    with pytest.raises(SinkscopeError) as refused:
+        check_seq_len(lm, 65)
+    assert str(refused.value) == "--seq-len 65 exceeds the model's context of 64 tokens; use ≤ 64"
