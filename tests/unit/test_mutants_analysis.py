@@ -17,6 +17,15 @@ from sinkscope.pipelines.analysis import AnalyzeConfig, statistics_for
 from sinkscope.statistics.window_evidence import WindowEvidence
 
 
+def _tiny_llama() -> LoadedModel:
+    """A 2-layer, 4-head (2 kv heads) random Llama with eager attention, weights from the current torch seed."""
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=101, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    return LoadedModel(model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={})
+
+
 def test_extra_epsilons_are_kept_as_a_tuple_of_floats():
     """A list of thresholds (as a caller builds it) becomes a tuple of floats: the frozen config stays hashable."""
     config = AnalyzeConfig(epsilons=[0.2, 0.4])
@@ -57,13 +66,7 @@ def test_head_class_thresholds_of_exactly_zero_and_one_are_accepted(field):
 def test_every_statistic_keeps_its_sums_on_the_models_device():
     """A model reported on the `meta` device: each statistic's dense sums are created there (on the CPU a dropped
     device argument would be invisible)."""
-    config = LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=101, max_position_embeddings=64, attn_implementation="eager",
-    )  # fmt: skip
-    lm = LoadedModel(
-        model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={}
-    )
+    lm = _tiny_llama()
     on_meta = SimpleNamespace(layers=lm.layers, layout=lm.layout, tokenizer=None, family=lm.family, model=lm.model,
                               device=torch.device("meta"))  # fmt: skip
     devices = {
@@ -87,13 +90,7 @@ def test_a_gated_models_gate_sums_sit_on_its_device_and_a_geometry_cap_of_one_ce
     from sinkscope.statistics.learned_sink import LearnedSinkScores
     from sinkscope.statistics.output_gate import OutputGates
 
-    config = LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=101, max_position_embeddings=64, attn_implementation="eager",
-    )  # fmt: skip
-    lm = LoadedModel(
-        model=LlamaForCausalLM(config).eval(), tokenizer=None, family=family_for("llama"), identity={}
-    )
+    lm = _tiny_llama()
     gated = dataclasses.replace(lm.family, output_gate=family_for("qwen3_next").output_gate,
                                 learned_sink=family_for("gpt_oss").learned_sink)  # fmt: skip
     on_meta = SimpleNamespace(layers=lm.layers, layout=lm.layout, tokenizer=None, family=gated, model=lm.model,
