@@ -44,3 +44,20 @@ def test_the_whole_layer_curve_is_head_minus_one_and_each_delta_is_its_curve_end
         assert row["smooth_dcos_pred"] == pytest.approx(curve.loc[1.0, "cos_pred"] - curve.loc[0.0, "cos_pred"],
                                                         rel=1e-9, abs=1e-12)  # fmt: skip
         assert abs(curve.loc[0.25, "cos_pred_measured"] - curve.loc[0.0, "cos_pred_measured"]) > 1e-9
+
+
+def test_each_heads_sign_agreement_reads_the_observed_curves_sign_and_the_layer_averages_it(tables):
+    """`smooth_sign_agree` = (predicted dense-more) == (observed cos at λ = 1 above λ = 0), the observed change
+    read back from the curve table; the layer's `smooth_head_sign_agreement` is its mean over the heads. At least
+    one head's observed change lies in (0, 1], where a threshold other than 0 would flip the cell (draw 41)."""
+    heads, layers, curves = tables
+    rises = []
+    for _, row in heads.iterrows():
+        curve = curves[(curves["layer"] == row["layer"]) & (curves["head"] == row["head"])].set_index("lam")
+        d_obs = curve.loc[1.0, "cos_obs"] - curve.loc[0.0, "cos_obs"]
+        rises.append(0 < d_obs <= 1)
+        assert bool(row["smooth_sign_agree"]) == (bool(row["smooth_dense_more"]) == bool(d_obs > 0))
+    assert any(rises)
+    for _, layer in layers.iterrows():
+        mine = heads[heads["layer"] == layer["layer"]]["smooth_sign_agree"].astype(float).mean()
+        assert layer["smooth_head_sign_agreement"] == pytest.approx(mine)
