@@ -11,7 +11,7 @@ import torch
 from sinkscope.statistics.certificates import HalfSpaceCertificates
 from sinkscope.statistics.massive_activations import ArgMax, MassiveActivations
 from sinkscope.statistics.output_gate import OutputGates
-from sinkscope.statistics.state import KeyedSum, Max, ShiftedMoments, Sum
+from sinkscope.statistics.state import KeyedSum, Max, PrioritySample, ShiftedMoments, Sum
 from sinkscope.statistics.statistic import QueryBlock
 
 
@@ -115,3 +115,14 @@ def test_an_argmax_on_another_device_takes_cpu_values_onto_its_own_device():
     state = ArgMax((3,), device="meta")
     state.add(torch.tensor([1.0, 5.0, -2.0]), torch.tensor([0, 1, 2]))
     assert state.value.device.type == "meta" and state.position.device.type == "meta"
+
+
+def test_a_fresh_priority_sample_keeps_its_cap_when_a_rank_part_is_merged_in():
+    """`all_reduce` merges each rank's part into `fresh()` states: a fresh sample of cap 2 offered five rows keeps
+    the two of smallest priority (0.1 and 0.2, by hand), not all five (draw 41: `fresh` without the cap)."""
+    part = PrioritySample(2).fresh()
+    part.load({"0.priorities": torch.tensor([0.5, 0.1, 0.9, 0.2, 0.7]), "0.rows": torch.arange(5.0)[:, None]})
+    merged = PrioritySample(2).fresh()
+    merged.merge(part)
+    priorities, rows = merged.layers[0]
+    assert sorted(rows[:, 0].tolist()) == [1.0, 3.0] and torch.equal(priorities.sort().values, torch.tensor([0.1, 0.2]))
