@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from sinkscope.errors import SinkscopeError
+from sinkscope.pipelines.analysis import summary
 from sinkscope.reproduction.experiment_claims import cost_boundary_trained_verdict
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE
 from sinkscope.reproduction.weight_claims import weights_verdict
@@ -29,3 +32,12 @@ def test_the_trained_boundary_claim_without_runs_is_filed_under_the_lab_model():
         verdict = cost_boundary_trained_verdict(runs)
         assert (verdict.model, verdict.verdict, verdict.reason) == ("synthetic", NOT_MEASURABLE, "no runs")
     assert cost_boundary_trained_verdict(None, reason="lab skipped").reason == "lab skipped"
+
+
+def test_a_refused_summary_lists_every_number_a_statistic_took_comma_separated():
+    """A plug-in statistic setting two of the heads table's numbers is refused by one line naming both, sorted
+    and separated by ", " (the user renames exactly those)."""
+    heads = pd.DataFrame({"sink_score": [0.2, 0.8], "diag_score": 0.0, "head_class": "mixed"})
+    with pytest.raises(SinkscopeError) as refused:
+        summary(heads, {"mean_sink_score": 1.0, "epsilon": 0.3, "mine": 2.0}, (0.5,))
+    assert "sets the summary number(s) epsilon, mean_sink_score, which the analysis computes" in str(refused.value)
