@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sinkscope.capture.feed import Feed
 from sinkscope.errors import SinkscopeError
 from sinkscope.pipelines.analysis import summary
 from sinkscope.reproduction.experiment_claims import cost_boundary_trained_verdict
@@ -41,3 +42,12 @@ def test_a_refused_summary_lists_every_number_a_statistic_took_comma_separated()
     with pytest.raises(SinkscopeError) as refused:
         summary(heads, {"mean_sink_score": 1.0, "epsilon": 0.3, "mine": 2.0}, (0.5,))
     assert "sets the summary number(s) epsilon, mean_sink_score, which the analysis computes" in str(refused.value)
+
+
+def test_a_saved_state_without_a_window_count_is_refused_with_the_way_out():
+    """A checkpoint of an older sinkscope (no `windows` entry): one line saying what is missing and to rerun
+    without --resume, in these words."""
+    with pytest.raises(SinkscopeError) as refused:
+        Feed([], seq_len=8).load_state_dict({})
+    assert str(refused.value) == ("the saved state has no window count (written by an older sinkscope); "
+                                  "rerun without --resume")
