@@ -66,6 +66,7 @@ def test_sink_query_table_rows_are_the_three_sets_of_one_mode():
               "random": np.full((2, 3), 0.05)}  # fmt: skip
     table = sink_query_table(arrays)
     assert table["mode"].tolist() == ["zero on sink queries"] * 3
+    assert table["selection"].tolist() == ["sink queries", "same heads, non-sink queries", "random heads and queries"]
     assert table["delta_loss"].tolist() == pytest.approx([0.3, 0.25, 0.05])
 
 
