@@ -95,10 +95,10 @@ MUTANTS = (
     Mutant(f"{CAPTURE}/feed.py", "pattern_row_sums(sink, diag, prev, 0, self.delta)",
            "pattern_row_sums(sink, prev, diag, 0, self.delta)", "rows/fused paths: diagonal and previous swapped"),
     # capture/flex.py (the CUDA path; the fused-attention test forces it on the CPU)
-    Mutant(f"{CAPTURE}/flex.py", "return score - lse[b, h, kv_idx]", "return score - lse[b, h, q_idx]",
+    Mutant(f"{CAPTURE}/flex.py", "kv_idx, q_idx) - lse[b, h, kv_idx]", "kv_idx, q_idx) - lse[b, h, q_idx]",
            "flex path: the transposed call subtracts the wrong row's lse"),
-    Mutant(f"{CAPTURE}/flex.py", "F.pad(k, (0, 0, 1, 0))[:, :, :T]", "F.pad(k, (0, 0, 0, 0))[:, :, :T]",
-           "flex path: previous-token entry is the diagonal"),
+    Mutant(f"{CAPTURE}/flex.py", "picked = [torch.zeros_like(t), t, (t - 1).clamp(min=0)]",
+           "picked = [torch.zeros_like(t), t, t]", "flex path: previous-token entry is the diagonal"),
     Mutant(f"{CAPTURE}/flex.py", "return entropy_weights(0, seq_len, device),", "return entropy_weights(1, seq_len, device),",
            "flex path: entropy weights shifted by one row"),
     Mutant(f"{CAPTURE}/feed.py", "check, window = (~finite).nonzero()[0].tolist()",
@@ -177,8 +177,8 @@ MUTANTS = (
            "sink-query ablation: the cells are never applied"),
     Mutant("src/sinkscope/pipelines/analysis.py", 'fingerprint["corpus"].pop("windows", None)',
            'fingerprint["corpus"].get("windows", None)', "resume identity: a longer corpus is refused"),
-    Mutant("src/sinkscope/capture/head_ablation.py", "first_values[layer][:, head // group, None]",
-           "first_values[layer][:, head % layout.n_kv_heads, None]", "BOS ablation: query head h reads kv head h mod KV"),
+    Mutant("src/sinkscope/capture/head_ablation.py", "first_values[:, head // group, None]",
+           "first_values[:, head % layout.n_kv_heads, None]", "BOS ablation: query head h reads kv head h mod KV"),
 )  # fmt: skip
 
 
