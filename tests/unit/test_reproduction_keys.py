@@ -1,13 +1,14 @@
-"""What a reproduce section key holds: a config dataclass is stamped as its non-default fields, and a stored stamp
-is read the same way (`reproduction.files`), so a new option with a default that keeps the old behaviour leaves
-every stored section fresh, while a changed or non-default value makes it stale."""
+"""What a reproduce section key holds (`reproduction.files`): a config dataclass is stamped with every field; a stored
+stamp matches when every value it records equals today's, and a field it lacks is today at its default. So a new
+option with a default that keeps the old behaviour leaves every stored section fresh, while a changed value, a
+non-default new option or a changed default makes it stale."""
 
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sinkscope.reproduction.config import ReproduceConfig
-from sinkscope.reproduction.files import KEY_FILE, config_fields, is_fresh, write_key
+from sinkscope.reproduction.files import KEY_FILE, is_fresh, write_key
 from sinkscope.reproduction.plan import model_plan
 
 
@@ -37,13 +38,34 @@ def _old_key(config) -> dict:  # how keys were stamped before: every field spell
 def test_a_new_default_field_matches_a_stamp_written_before_it_existed(tmp_path):
     directory = _stamp(tmp_path / "old", _old_key(Before()))
     assert is_fresh(directory, {"section": "s", "config": After(), "nested": {"config": After()}})
-    assert config_fields(After()) == {}  # nothing differs from the defaults: nothing is stamped
     write_key(tmp_path / "old", {"section": "s", "config": After(), "nested": {"config": After()}})
+    every_field = {"epsilon": 0.3, "windows": [1, 2], "precision": "exact"}  # defaults spelled out in the stamp
     assert json.loads((directory / KEY_FILE).read_text()) == {
         "section": "s",
-        "config": {},
-        "nested": {"config": {}},
+        "config": every_field,
+        "nested": {"config": every_field},
     }
+
+
+@dataclass(frozen=True)
+class DefaultChanged:  # the same config after the new option's default changed
+    epsilon: float = 0.3
+    windows: tuple[int, ...] = (1, 2)
+    precision: str = "model"
+
+
+def test_a_changed_default_makes_a_stamp_that_recorded_the_old_default_stale(tmp_path):
+    """A section computed at `precision="exact"` (then the default) must not be reused once the default is
+    `"model"`: the stamp records the value, not "the default"."""
+    (tmp_path / "new").mkdir()
+    write_key(tmp_path / "new", {"section": "s", "config": After()})
+    assert not is_fresh(tmp_path / "new", {"section": "s", "config": DefaultChanged()})
+    assert is_fresh(tmp_path / "new", {"section": "s", "config": DefaultChanged(precision="exact")})
+
+
+def test_a_stamp_with_a_field_the_config_no_longer_has_is_stale(tmp_path):
+    directory = _stamp(tmp_path / "old", {"section": "s", "config": asdict(After())})
+    assert not is_fresh(directory, {"section": "s", "config": Before()})
 
 
 def test_a_non_default_value_of_the_new_field_makes_the_old_stamp_stale(tmp_path):
@@ -53,7 +75,6 @@ def test_a_non_default_value_of_the_new_field_makes_the_old_stamp_stale(tmp_path
     assert not is_fresh(
         directory, {"section": "s", "config": After(), "nested": {"config": After(precision="model")}}
     )
-    assert config_fields(After(precision="model")) == {"precision": "model"}
 
 
 def test_a_changed_value_makes_the_stamp_stale_whether_it_was_stamped_old_or_new(tmp_path):

@@ -2,14 +2,12 @@
 stamped with the settings they were computed with, so a rerun can tell a finished section from a stale one.
 
 What a key holds: plain values (numbers, strings, lists, nested dicts) and, for the options of a pipeline, the
-config dataclass itself (`AnalyzeConfig`, `AblateConfig`). A config is stamped as **the fields whose value differs
-from the field's default** (`config_fields`), and a stored stamp is read the same way: where the key holds a
-config, the stamp's fields equal to that config class's current default are dropped before the comparison
-(`stamped_as_now`). So an option added later with a default that keeps the old behaviour changes no key, and a
-stamp written before the option existed (or written with every field spelled out) still matches. The one risk:
-**changing a field's default changes what a stamp that omits the field means** (the stamp `{}` then reads as the
-new default), so whoever changes a default of a config that a section's key holds must bump that section's
-`version` (or the section will reuse numbers computed with the old default).
+config dataclass itself (`AnalyzeConfig`, `AblateConfig`), stamped with every field spelled out. A stored stamp
+matches a key when every value it records equals the value now (`_matches`); a config field the stamp lacks (an
+option added after the stamp was written) matches when its value now is the field's default. So an option added
+later with a default that keeps the old behaviour changes no key, while changing a default leaves every stamp that
+recorded the old value stale. The one case left to the developer: an option added with one default whose default
+later changes — stamps written before the option existed read as its current default.
 """
 
 from __future__ import annotations
@@ -58,17 +56,9 @@ def _defaults(config_type: type) -> dict:
     return out
 
 
-def config_fields(config) -> dict:
-    """The fields of the dataclass instance `config` whose value differs from the field's default, as JSON (the
-    form a key stamps a config in; module docstring)."""
-    defaults = _defaults(type(config))
-    values = {f.name: _json(getattr(config, f.name)) for f in dataclasses.fields(config)}
-    return {name: value for name, value in values.items() if name not in defaults or value != defaults[name]}
-
-
 def _encode(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return config_fields(value)
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}  # every field spelled out
     return str(value)
 
 
@@ -76,29 +66,36 @@ def _normal(key: dict) -> dict:
     return _json(key)
 
 
-def stamped_as_now(stamp, key):
-    """`stamp` (a stored key, JSON) read as `key` would be stamped now: wherever `key` holds a config dataclass,
-    the stamp's fields equal to that class's current default are dropped (module docstring)."""
-    if dataclasses.is_dataclass(key) and not isinstance(key, type) and isinstance(stamp, dict):
+def _matches(stamp, key) -> bool:
+    """Whether the stored `stamp` (JSON) records the settings `key` holds now: equal values everywhere, except that
+    a config field the stamp lacks (an option added after it was written) matches when its value now is the
+    field's default (module docstring)."""
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        names = [f.name for f in dataclasses.fields(key)]
+        if not isinstance(stamp, dict) or set(stamp) - set(names):
+            return False  # a stamp that is not a config, or holds a field the config no longer has
         defaults = _defaults(type(key))
-        return {
-            name: value for name, value in stamp.items() if name not in defaults or value != defaults[name]
-        }
-    if isinstance(key, dict) and isinstance(stamp, dict):
-        return {
-            name: stamped_as_now(value, key[name]) if name in key else value for name, value in stamp.items()
-        }
-    return stamp
+        return all(
+            _matches(stamp[name], getattr(key, name)) if name in stamp
+            else name in defaults and _json(getattr(key, name)) == defaults[name]
+            for name in names
+        )
+    if isinstance(key, dict):
+        return isinstance(stamp, dict) and set(stamp) == {str(name) for name in key} and all(
+            _matches(stamp[str(name)], value) for name, value in key.items()
+        )
+    if isinstance(key, (list, tuple)):
+        return isinstance(stamp, list) and len(stamp) == len(key) and all(map(_matches, stamp, key))
+    return stamp == _json(key)
 
 
 def is_fresh(directory: Path, key: dict) -> bool:
-    """Whether `directory` holds a finished section computed with these settings (its stamp read by
-    `stamped_as_now`)."""
+    """Whether `directory` holds a finished section computed with these settings (`_matches` on its stamp)."""
     stamp = directory / KEY_FILE
     if not stamp.is_file():
         return False
     try:
-        return stamped_as_now(json.loads(stamp.read_text()), key) == _normal(key)
+        return _matches(json.loads(stamp.read_text()), key)
     except (OSError, json.JSONDecodeError):
         return False
 
