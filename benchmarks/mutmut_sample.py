@@ -141,6 +141,7 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true", help="summarise stored results, run nothing")
     parser.add_argument("--time-box", type=int, default=0, help="stop mutmut after this many seconds (0: never)")
     parser.add_argument("--nice", type=int, default=10, help="niceness of the mutmut process (default 10)")
+    parser.add_argument("--workers", type=int, default=1, help="mutants checked at once (default 1)")
     parser.add_argument("--json", type=Path, help="also write the summary here")
     parser.add_argument("--exclude", type=Path, help="a file of mutant names (one a line) left out before drawing: "
                         "a sample disjoint from an earlier one")  # fmt: skip
@@ -161,7 +162,7 @@ def main() -> int:
     start = time.monotonic()
     if not args.report_only:
         env = os.environ | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        command = [sys.executable, "-c", MUTMUT_RUN, "run", "--max-children", "1", *names]
+        command = [sys.executable, "-c", MUTMUT_RUN, "run", "--max-children", str(args.workers), *names]
         process = subprocess.Popen(["nice", "-n", str(args.nice), *command], cwd=ROOT, env=env, start_new_session=True)
         try:
             process.wait(timeout=args.time_box or None)
