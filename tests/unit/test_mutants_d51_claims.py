@@ -1,0 +1,345 @@
+"""Draw 51 (issue 34) in the reproduction's claim modules, generalised by kind:
+
+- every early return (`not measurable here`) checked whole: claim, model, verdict word, evidence, the thresholds
+  written out by hand (never the module's constant) and the reason;
+- the record of a verdict checked key by key (`n_layers` of `dense_causal` and its siblings);
+- threshold comparisons probed AT the threshold (value == cut, so `>` and `>=` differ), where every window or
+  head is the same so no resample moves the verdict, and the reason names what halving or doubling a threshold
+  does (worked out by hand from the docstrings: fractions on the odds scale x/(1 − x));
+- default arguments (δ, τ, fraction, seed, taus) read from the verdict against their documented values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sinkscope.reproduction import (
+    ablation_claims,
+    cost_claims,
+    experiment_claims,
+    geometry_claims,
+    smoothing_claims,
+    switch_claims,
+    weight_claims,
+)
+from sinkscope.reproduction.strata import middle_layers, rowwise_spearman
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE, PARTLY, Verdict
+
+W = 8  # MIN_WINDOWS
+
+
+def _whole(
+    verdict: Verdict, claim: str, model: str, word: str, evidence: dict, thresholds: dict, reason: str
+):
+    assert verdict == Verdict(claim, model, word, evidence, thresholds, reason), verdict
+
+
+# -- early returns, whole ------------------------------------------------------------------------------------------
+
+
+def test_every_early_return_is_a_whole_verdict_with_its_thresholds():
+    geometry = {
+        "positive_token_tol": 0.05,
+        "failing_layer_tol": 0.2,
+        "partly_layer_frac": 0.2,
+        "middle_margin": 0.25,
+    }
+    for counts in ({}, {"z": np.zeros(5)}, {"h_control": np.zeros((8, 3))}):
+        verdict = geometry_claims.geometry_verdict("m", counts, tokens=10)
+        _whole(verdict, "geometry", "m", NOT_MEASURABLE, {}, geometry, "no per-window BOS cosines")
+
+    representability = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95}
+    verdict = geometry_claims.representability_verdict("m", [], width=4)
+    _whole(verdict, "representability", "m", NOT_MEASURABLE, {}, representability, "no certificates")
+    row = {
+        "layer": 1,
+        "n_contexts": 10,
+        "h1": True,
+        "h2": True,
+        "gamma2_rel": 1.0,
+        "control_gamma2_rel": [0.5] * 19,
+    }
+    verdict = geometry_claims.representability_verdict(
+        "m", [row, row | {"n_contexts": 12}], width=10
+    )  # n == width
+    _whole(verdict, "representability", "m", NOT_MEASURABLE, {"n_contexts": 10, "width": 10, "n_controls": 19},
+           representability, "the certificate sample (10 tokens) is not larger than the model width (10): any token "
+           "would pass")  # fmt: skip
+    verdict = geometry_claims.representability_verdict("m", [row], width=9)  # n = width + 1, 19 controls
+    _whole(verdict, "representability", "m", NOT_MEASURABLE,
+           {"n_contexts": 10, "width": 9, "n_controls": 19, "n_control_tokens": 19}, {},
+           "too few control tokens: 19 (a verdict needs at least 20)")  # fmt: skip
+    twenty = geometry_claims.representability_verdict(
+        "m", [row | {"control_gamma2_rel": [0.5] * 20}], width=9
+    )
+    assert twenty.reason == "too few middle layers: 1 (a verdict needs at least 4)"  # past the controls' gate
+
+    verdict = cost_claims.cost_real_verdict("m", np.zeros((0, 2)), [8, 16])
+    _whole(verdict, "cost_real_layers", "m", NOT_MEASURABLE, {}, {"losing_pair_tol": 0.2, "partly_frac": 0.5},
+           "no feasible pattern solved")  # fmt: skip
+    verdict = cost_claims.cost_real_verdict("m", np.ones(4), [8])  # one axis: not per window
+    assert verdict.verdict == NOT_MEASURABLE and verdict.reason == "no feasible pattern solved"
+    verdict = switch_claims.mlp_like_verdict("m", np.zeros((0, 3)), queries=5)
+    _whole(verdict, "mlp_like", "m", NOT_MEASURABLE, {}, {}, "no per-layer MLP-like counts")
+
+    trained = {"miss_tol": 0.1, "partly_min": 0.5, "control_min": 0.5}
+    verdict = experiment_claims.cost_boundary_trained_verdict(None)
+    _whole(verdict, "cost_boundary_trained", "synthetic", NOT_MEASURABLE, {}, trained, "no runs")
+    verdict = experiment_claims.cost_boundary_trained_verdict(pd.DataFrame(), "the lab was not run")
+    _whole(verdict, "cost_boundary_trained", "synthetic", NOT_MEASURABLE, {}, trained, "the lab was not run")
+
+    verdict = smoothing_claims.oversmoothing_verdict("m", [0.1] * 19, [True] * 19, [0] * 19)
+    _whole(verdict, "oversmoothing", "m", NOT_MEASURABLE, {"n_heads": 19}, {},
+           "too few heads: 19 (a verdict needs at least 20)")  # fmt: skip
+
+    cosines = _cosines({(0, h): 0.5 for h in range(19)} | {(0, -1): 0.5})
+    verdict = experiment_claims.dense_causal_verdict("m", cosines)
+    _whole(verdict, "dense_causal", "m", NOT_MEASURABLE, {"n_heads": 19},
+           {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}, "too few heads: 19 (a verdict needs at least "
+           "20)")  # fmt: skip
+
+    # weights: one layer holds both classes (a verdict needs 2); the evidence counts the classes, thresholds whole
+    values, scores, layers = [1.0, 2.0, 3.0, 4.0], [0.9, 0.1, 0.9, 0.9], [0, 0, 1, 1]
+    verdict = weight_claims.weights_verdict("weights_low_rank", "m", values, scores, layers)
+    _whole(verdict, "weights_low_rank", "m", NOT_MEASURABLE,
+           {"n_sink_heads": 3, "n_other_heads": 1, "layers_with_both": 1, "claimed_direction": "sink heads lower",
+            "n_layers_holding_sink_and_other_heads": 1}, {"min_effect": 0.2, "rank_max": 2.0, "epsilon": 0.3},
+           "too few layers holding sink and other heads: 1 (a verdict needs at least 2)")  # fmt: skip
+    verdict = weight_claims.weights_verdict("weights_bos_alignment", "m", values, scores, layers, n_layers=4)
+    assert verdict.thresholds == {
+        "min_effect": 0.2,
+        "rank1_score": 0.5,
+        "epsilon": 0.3,
+        "middle_margin": 0.25,
+    }
+    assert verdict.evidence["claimed_direction"] == "sink heads higher"
+    verdict = weight_claims.weights_verdict("weights_bos_alignment", "m", values, scores, layers)  # no depth
+    assert verdict.thresholds == {"min_effect": 0.2, "rank1_score": 0.5, "epsilon": 0.3}
+
+
+# -- records and boundaries ----------------------------------------------------------------------------------------
+
+
+def _cosines(deltas: dict[tuple[int, int], float], spike: tuple = ()) -> pd.DataFrame:
+    """Per-window cosines: cos = 0 at λ = 0 and `deltas[(layer, head)]` at λ = 1 in all W windows, except the units
+    in `spike`: 8 × delta in window 0 and 0 elsewhere (a mean of exactly delta: 8 × 1e-4 and 8e-4 / 8 are exact,
+    where a sum of eight 1e-4 is not)."""
+    rows = []
+    for w in range(W):
+        for (layer, head), delta in deltas.items():
+            at = (W * delta if w == 0 else 0.0) if (layer, head) in spike else delta
+            rows += [
+                {"window": w, "layer": layer, "head": head, "lam": lam, "cos": at * lam} for lam in (0.0, 1.0)
+            ]
+    return pd.DataFrame(rows)
+
+
+def test_dense_causal_record_and_its_rise_min_boundary():
+    """Heads 0–3 of layer 0 and layer 1 as a whole rise by exactly rise_min = 1e-4 on average (not "more than"):
+    16 of 20 heads and 1 of 2 layers smooth: partly (max 0.8 ≥ ½, min 0.5 < 0.8). Resamples that draw window 0
+    twice or more (P ≈ 0.26) smooth everywhere (supported): the range is partly … supported; at rise_min / 2
+    every unit smooths, so the verdict also depends on rise_min."""
+    boundary = [(0, 0), (0, 1), (0, 2), (0, 3), (1, -1)]
+    deltas = {(0, h): 1e-4 if h < 4 else 0.5 for h in range(10)} | {(1, h): 0.5 for h in range(10)}
+    cosines = _cosines(deltas | {(0, -1): 0.5, (1, -1): 1e-4}, spike=boundary)
+    verdict = experiment_claims.dense_causal_verdict("m", cosines)
+    assert verdict.claim == "dense_causal" and verdict.model == "m" and verdict.verdict == PARTLY
+    assert verdict.evidence == {"n_heads": 20, "n_layers": 2, "head_share_smoothing": 0.8,
+                                "layer_share_smoothing": 0.5, "median_dcos_head": 0.5,
+                                "median_dcos_layer": pytest.approx((0.5 + 1e-4) / 2, rel=1e-12)}  # fmt: skip
+    assert verdict.thresholds == {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
+    assert verdict.reason == ("the 95% bootstrap range of the verdict is partly … supported; depends on rise_min "
+                              "(rise_min: supported at 5e-05)")  # fmt: skip
+    assert verdict.interval == {"effect": "head_share_smoothing", "estimate": 0.8, "low": 0.8, "high": 1.0,
+                                "level": 0.95, "over": "windows", "n": 8}  # fmt: skip
+
+
+def test_oversmoothing_counts_a_rise_of_exactly_rise_min_as_none():
+    """Layer 0: 4 heads rise by exactly rise_min = 0.001 (not more: no oversmoothing); layer 1: one head rises by 0
+    (the predictor says no: consistent, as 0 is no rise); layer 2: 15 heads rise by 0.01. Each layer is uniform, so
+    no resample within layers moves a number. 15 of 20 oversmooth: partly (≥ ½, < 0.8); supported at
+    counteract_tol 1/3 (odds 0.25 × 2) and at rise_min / 2."""
+    rise = [0.001] * 4 + [0.0] + [0.01] * 15
+    dense = [True] * 4 + [False] + [True] * 15
+    layers = [0] * 4 + [1] + [2] * 15
+    verdict = smoothing_claims.oversmoothing_verdict("m", rise, dense, layers)
+    assert verdict.claim == "oversmoothing" and verdict.model == "m" and verdict.verdict == PARTLY
+    assert verdict.evidence == {"n_heads": 20, "frac_observed_rise": 0.75, "frac_dense_more_measured": 0.95,
+                                "consistency_predictor_vs_observed": 1.0}  # fmt: skip
+    assert verdict.thresholds == {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 0.001}
+    assert verdict.reason == ("depends on counteract_tol, rise_min (counteract_tol: supported at 0.333; rise_min: "
+                              "supported at 0.0005)")  # fmt: skip
+    assert verdict.interval["over"] == "heads (within strata)" and verdict.interval["n"] == 20
+
+
+def test_geometry_holds_at_exactly_one_minus_the_token_tolerance():
+    """19 of 20 tokens non-positive in every layer and window: BOS's fraction is 0.95 = 1 − 0.05, so every layer
+    holds (≥), the control (0 of 19) does not; L = 5 has middle layers 1, 2, 3 (l / 4 in ¼ … ¾). Supported, but at
+    positive_token_tol × ½ on the odds scale (0.0256) no layer holds: partly, depending on it."""
+    counts = {"z": np.full((W, 5), 19.0), "z_control": np.zeros((W, 5))}
+    verdict = geometry_claims.geometry_verdict("m", counts, tokens=20)
+    assert verdict.evidence == {"representations": ["z"], "middle_layers_holding": 1.0,
+                                "middle_layers_holding_best": 1.0, "middle_layers_holding_z": 1.0,
+                                "all_layers_holding_z": 1.0, "control_layers_holding_z": 0.0,
+                                "middle_mean_nonpos_frac_z": pytest.approx(0.95, rel=1e-12)}  # fmt: skip
+    assert verdict.verdict == PARTLY
+    assert verdict.reason == "depends on positive_token_tol (positive_token_tol: not supported at 0.0256)"
+
+
+def test_sink_in_use_at_exactly_its_cuts_and_without_an_eviction_cost():
+    """Cost 1, the sink recovers 0.5 (= recovered_min) and the control 0.25 (= control_max × the sink's share):
+    supported at the point; partly at recovered_min 2/3 and at control_max 1/3 (odds × 2 and × ½)."""
+    losses = {
+        "full": np.full(W, 1.0),
+        "recent": np.full(W, 2.0),
+        "sink": np.full(W, 1.5),
+        "control": np.full(W, 1.75),
+    }
+    verdict = experiment_claims.sink_in_use_verdict("m", losses, {"T": 64})
+    assert verdict.evidence == {
+        "T": 64,
+        "delta_sink_kept": 0.5,
+        "recovered_share": 0.5,
+        "control_recovered_share": 0.25,
+        "eviction_cost": 1.0,
+        "delta_control_kept": 0.25,
+    }
+    assert verdict.thresholds == {"recovered_min": 0.5, "control_max": 0.5, "partly_min": 0.2}
+    assert verdict.verdict == PARTLY
+    assert verdict.reason == ("depends on recovered_min, control_max (recovered_min: partly at 0.667; control_max: "
+                              "partly at 0.333)")  # fmt: skip
+    free = experiment_claims.sink_in_use_verdict(
+        "m", losses | {"recent": np.full(W, 1.0)}
+    )  # eviction costs 0
+    assert free.verdict == NOT_MEASURABLE and free.reason == "not defined on this data: recovered_share"
+    assert free.evidence["eviction_cost"] == 0.0 and math.isnan(free.evidence["recovered_share"])
+
+
+def test_prevalence_at_exactly_ratio_min_times_the_diagonal_share():
+    """Per window 4 sink, 2 diagonal, 4 other heads of 10: sink 0.4 = 2 × 0.2 and ≥ sink_min: supported; at
+    ratio_min 4 partly (0.4 > 0.2). Equal shares: not a majority (partly needs sink > diagonal)."""
+    kinds = ["sink"] * 4 + ["diagonal"] * 2 + ["other"] * 4
+    classes = pd.DataFrame([{"window": w, "layer": 0, "head": h, "class": c} for w in range(W)
+                            for h, c in enumerate(kinds)])  # fmt: skip
+    verdict = experiment_claims.prevalence_verdict("m", classes)
+    assert verdict.evidence == {"epsilon": 0.3, "heads_per_window": 10, "sink_minus_diagonal": pytest.approx(0.2),
+                                "sink_share": 0.4, "diagonal_share": 0.2, "sink_over_diagonal": 2.0}  # fmt: skip
+    assert verdict.verdict == PARTLY and verdict.reason == "depends on ratio_min (ratio_min: partly at 4)"
+    even = pd.DataFrame([{"window": w, "layer": 0, "head": h, "class": "sink" if h < 5 else "diagonal"}
+                         for w in range(W) for h in range(10)])  # fmt: skip
+    tie = experiment_claims.prevalence_verdict("m", even)
+    assert (
+        tie.evidence["sink_minus_diagonal"] == 0.0
+        and tie.reason == "depends on ratio_min (ratio_min: supported at 1)"
+    )
+    assert [r["verdict"] for r in tie.sensitivity if r["threshold"] == "ratio_min"] == [
+        "supported",
+        "not supported",
+    ]
+
+
+def _ratio(selected: float, control: float, **kwargs) -> Verdict:
+    return ablation_claims.sink_ablation_verdict("m", np.full(W, selected), np.full((W, 20), control),
+                                                 np.full((W, 20), control), **kwargs)  # fmt: skip
+
+
+HEAD_FRACTION = ("the head fraction (10% of heads) is fixed by the ablation pass: another fraction needs another set "
+                 "and its controls (the sensitivity passes of `ablate-sensitivity/`, not run here: --quick, or a run "
+                 "without that section)")  # fmt: skip
+DELTA = ("δ = 0.1 picks the zeroed sink queries in the sink-query pass: another δ needs another pass (the sensitivity "
+         "passes of `ablate-sensitivity/`, not run here: --quick, or a run without that section)")  # fmt: skip
+
+
+def test_ablation_ratio_at_its_cuts_and_the_default_fraction_and_delta():
+    """Ratio 0.5 = supported_ratio (≤: supported; partly at 0.25); ratio 1 = partly_ratio (<: not supported;
+    supported at supported_ratio 1, partly at partly_ratio 2); a control that costs exactly 0 has no ratio."""
+    at_supported = _ratio(0.5, 1.0)
+    assert at_supported.evidence == {
+        "ratio": 0.5,
+        "delta_selected": 0.5,
+        "ratio_same_heads": 0.5,
+        "ratio_random": 0.5,
+        "delta_same_heads_mean": 1.0,
+        "delta_random_mean": 1.0,
+    }
+    assert at_supported.thresholds == {"supported_ratio": 0.5, "partly_ratio": 1.0, "n_draws": 20.0}
+    assert at_supported.verdict == PARTLY
+    assert at_supported.reason == "depends on supported_ratio (supported_ratio: partly at 0.25)"
+    fixed = [r for r in at_supported.sensitivity if r["verdict"] is None]
+    assert fixed == [
+        {"threshold": "n_draws", "scale": 2.0, "value": 40.0, "verdict": None,
+         "not_varied": "only 20 draws of each control were measured"},
+        {"threshold": "head_fraction", "scale": None, "value": None, "verdict": None, "not_varied": HEAD_FRACTION},
+        {"threshold": "sink_query_delta", "scale": None, "value": None, "verdict": None, "not_varied": DELTA},
+    ]  # fmt: skip
+    at_partly = _ratio(1.0, 1.0)
+    assert at_partly.verdict == PARTLY and at_partly.reason == (
+        "depends on supported_ratio, partly_ratio (supported_ratio: supported at 1; partly_ratio: partly at 2)"
+    )
+    free = _ratio(0.5, 0.0)
+    assert free.verdict == NOT_MEASURABLE
+    assert free.reason == "not defined on this data: ratio, ratio_same_heads, ratio_random"
+    dormant = ablation_claims.dormant_heads_verdict("m", np.full(W, 0.5), np.ones((W, 20)), np.ones((W, 20)))
+    assert [r["not_varied"] for r in dormant.sensitivity if r["threshold"] == "head_fraction"] == [
+        HEAD_FRACTION
+    ]
+
+
+# -- defaults ------------------------------------------------------------------------------------------------------
+
+
+def test_documented_defaults_of_the_claims():
+    """δ = τ = 0.1, the τ grid of the switch curves, the middle band ¼ … ¾, rowwise ρ's gate of 3 units, and
+    seed 0 (a default call equals the same call with seed = 0, where seed 1 draws other resamples)."""
+    counts = np.random.default_rng(0).integers(0, 20, size=(W, 3, 14, 4)).astype(float)
+    switch = switch_claims.switch_verdict("m", counts)
+    assert switch.thresholds == {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
+    assert switch.evidence["taus"] == [
+        0.025,
+        0.05,
+        0.075,
+        0.1,
+        0.125,
+        0.15,
+        0.175,
+        0.2,
+        0.25,
+        0.3,
+        0.4,
+        0.6,
+        0.8,
+        1.0,
+    ]
+    assert switch == switch_claims.switch_verdict("m", counts, seed=0)
+    assert switch.interval != switch_claims.switch_verdict("m", counts, seed=1).interval
+    routes = switch_claims.switch_routes_verdict(
+        "m", counts[:, :, :3, :3], ["bos_sink", "other"], [True, False]
+    )
+    assert routes.thresholds == {"tau": 0.1, "delta": 0.1, "rare_tol": 0.1, "partly_tol": 0.5}
+    drains = np.random.default_rng(1).random((W, 2, 2))
+    hard = np.random.default_rng(2).integers(0, 5, size=(W, 2, 4)).astype(float)
+    drain = switch_claims.value_drain_verdict("m", drains, hard, queries=5)
+    assert drain.thresholds == {"rho_min": 0.3, "drain_max": 0.5, "sink_head_hard_frac": 0.5,
+                                "min_groups_per_layer": 3, "delta": 0.1}  # fmt: skip
+    losses = {name: np.random.default_rng(i).random(W) + (2.0 if name == "recent" else 0.0)
+              for i, name in enumerate(("full", "recent", "sink", "control"))}  # fmt: skip
+    eviction = experiment_claims.sink_in_use_verdict("m", losses)
+    assert eviction == experiment_claims.sink_in_use_verdict("m", losses, seed=0)
+    assert eviction.interval != experiment_claims.sink_in_use_verdict("m", losses, seed=1).interval
+    wins = np.random.default_rng(3).random((6, 2))
+    cost = cost_claims.cost_real_verdict("m", wins, [8, 16])
+    assert cost == cost_claims.cost_real_verdict("m", wins, [8, 16], seed=0)
+    assert cost.interval != cost_claims.cost_real_verdict("m", wins, [8, 16], seed=1).interval
+    assert middle_layers(9) == [2, 3, 4, 5, 6] and middle_layers(5) == [
+        1,
+        2,
+        3,
+    ]  # l / (L − 1) = ¼ and ¾ are in
+    x = np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
+    assert rowwise_spearman(x, x) == (pytest.approx(1.0), 2)
+    rho, used = rowwise_spearman(x[:, :2], x[:, :2])  # 2 units per row: below the default gate of 3
+    assert math.isnan(rho) and used == 0
