@@ -343,3 +343,66 @@ def test_documented_defaults_of_the_claims():
     assert rowwise_spearman(x, x) == (pytest.approx(1.0), 2)
     rho, used = rowwise_spearman(x[:, :2], x[:, :2])  # 2 units per row: below the default gate of 3
     assert math.isnan(rho) and used == 0
+
+
+def test_cost_closed_forms_at_exactly_the_exact_programs_tolerance():
+    """Exponents ½ and 1 exactly and a relative gap of exactly exact_rel_tol = 1e-3 (≤: supported); at 5e-4 the
+    programs miss and the exponents still order: partly, so the verdict depends on exact_rel_tol. Equal exponents
+    do not order (partly needs sink < diagonal); a NaN exponent is not measurable."""
+    verdict = cost_claims.cost_closed_forms_verdict("m", 0.5, 1.0, 1e-3)
+    assert verdict.evidence == {
+        "sink_exponent": 0.5,
+        "diagonal_exponent": 1.0,
+        "exact_rel_error": 1e-3,
+        "interval_note": "closed forms and exact programs: no sampling interval",
+    }
+    assert verdict.thresholds == {"exponent_tol": 0.1, "exact_rel_tol": 1e-3}
+    assert verdict.verdict == PARTLY
+    assert verdict.reason == "depends on exact_rel_tol (exact_rel_tol: partly at 0.0005)"
+    tie = cost_claims.cost_closed_forms_verdict("m", 0.8, 0.8, 1.0)
+    assert tie.verdict == "not supported" and tie.reason == ""
+    nan = cost_claims.cost_closed_forms_verdict("m", math.nan, 1.0, 0.0)
+    assert nan.verdict == NOT_MEASURABLE and nan.reason == "not defined on this data: sink_exponent"
+
+
+def test_weights_at_exactly_epsilon_and_rank_max():
+    """Two layers of 3 sink heads (α 0.9; effective ranks 1.5, 2, 2.5: median exactly rank_max = 2, so ≤ holds) and
+    3 other heads at α exactly ε = 0.3 (not a sink: α must exceed ε; ranks 4, 5, 6). Hand numbers: within each layer
+    the difference is 2 − 5 = −3 and the pooled within-class sd is √((0.5 + 2) × 2 / 8) = √0.625, so the effect in
+    the claimed direction (lower) is 3 / √0.625. At rank_max 1 the level fails (partly)."""
+    values = [1.5, 2.0, 2.5, 4.0, 5.0, 6.0] * 2
+    scores = [0.9, 0.9, 0.9, 0.3, 0.3, 0.3] * 2
+    layers = [0] * 6 + [1] * 6
+    verdict = weight_claims.weights_verdict("weights_low_rank", "m", values, scores, layers)
+    evidence = {
+        name: verdict.evidence[name] for name in ("n_sink_heads", "n_other_heads", "layers_with_both")
+    }
+    assert evidence == {"n_sink_heads": 6, "n_other_heads": 6, "layers_with_both": 2}
+    assert verdict.evidence["effect_within_layers"] == pytest.approx(3 / math.sqrt(0.625), rel=1e-12)
+    assert verdict.evidence["median_sink_heads"] == 2.0 and verdict.evidence["median_other_heads"] == 5.0
+    rank_max = [(r["scale"], r["verdict"]) for r in verdict.sensitivity if r["threshold"] == "rank_max"]
+    assert rank_max == [(0.5, PARTLY), (2.0, "supported")]
+    assert verdict.reason.endswith("depends on rank_max (rank_max: partly at 1)")
+
+
+def test_variant_arrays_read_back_one_claims_flat_names():
+    """`CLAIM__THRESHOLD__SCALE__NAME` (four parts, the claim first) → {(threshold, float scale): {name: array}};
+    another claim's, a three-part or five-part name is not read."""
+    from sinkscope.reproduction.ablation_variants import variant_arrays
+
+    arrays = {
+        "sink_ablation__head_fraction__0.5__selected": [1.0, 2.0],
+        "sink_ablation__sink_query_delta__2__random": [[3.0]],
+        "sink_ablation__head_fraction__0.5__n_heads": 4,
+        "dormant_heads__head_fraction__0.5__selected": [9.0],
+        "sink_ablation__head_fraction__0.5": [9.0],
+        "sink_ablation__head_fraction__0.5__selected__x": [9.0],
+    }
+    out = variant_arrays(arrays, "sink_ablation")
+    assert sorted(out) == [("head_fraction", 0.5), ("sink_query_delta", 2.0)]
+    assert sorted(out[("head_fraction", 0.5)]) == ["n_heads", "selected"]
+    np.testing.assert_array_equal(out[("head_fraction", 0.5)]["selected"], [1.0, 2.0])
+    assert int(out[("head_fraction", 0.5)]["n_heads"]) == 4 and out[("sink_query_delta", 2.0)][
+        "random"
+    ].shape == (1, 1)
+    assert variant_arrays(arrays, "switch") == {}
