@@ -406,3 +406,58 @@ def test_variant_arrays_read_back_one_claims_flat_names():
         "random"
     ].shape == (1, 1)
     assert variant_arrays(arrays, "switch") == {}
+
+
+def test_switch_and_its_routes_at_exactly_their_cuts():
+    """switch: every window's 2×2 table is 9 off·sink, 1 off·no sink, 1 on·sink, 9 on·no sink at every δ scale and
+    τ, so both conditionals are 72 / 80 = 0.9 = 1 − miss_tol (≥: supported; τ_best the first τ); at miss_tol × ½
+    (odds: 0.0526) partly. Routes: 9 queries on BOS's route, 1 on another, 0 unexplained: the non-BOS share is
+    exactly rare_tol = 0.1 (≤: supported); without a switched-off query nothing is defined."""
+    counts = np.tile(np.array([9.0, 1.0, 1.0, 9.0]), (W, 3, 14, 1))
+    switch = switch_claims.switch_verdict("m", counts)
+    assert {k: switch.evidence[k] for k in switch.evidence if k != "taus"} == {
+        "best_min_conditional": 0.9,
+        "tau_best": 0.025,
+        "p_sink_given_off_at_best": 0.9,
+        "p_off_given_sink_at_best": 0.9,
+        "p_off_given_nosink_at_best": 0.1,
+    }
+    assert switch.verdict == PARTLY and switch.reason == "depends on miss_tol (miss_tol: partly at 0.0526)"
+    routes = np.tile(np.array([9.0, 1.0, 0.0]), (W, 3, 3, 1))
+    verdict = switch_claims.switch_routes_verdict(
+        "m", routes, ["bos_sink", "other"], [True, False], extra={"T": 9}
+    )
+    assert verdict.evidence == {
+        "routes": ["bos_sink", "other", "unexplained"],
+        "T": 9,
+        "non_bos_route_frac": 0.1,
+        "non_bos_among_non_hard_sink": 1.0,
+        "n_switched_off": 80.0,
+        "frac_bos_sink": 0.9,
+        "frac_other": 0.1,
+        "frac_unexplained": 0.0,
+    }
+    assert verdict.verdict == PARTLY and verdict.reason == "depends on rare_tol (rare_tol: partly at 0.0526)"
+    none = switch_claims.switch_routes_verdict("m", routes * 0, ["bos_sink", "other"], [True, False])
+    assert none.verdict == NOT_MEASURABLE and none.reason == (
+        "not defined on this data: non_bos_route_frac, non_bos_among_non_hard_sink, frac_bos_sink, frac_other, "
+        "frac_unexplained"
+    )
+
+
+def test_mlp_like_is_described_whole():
+    """Per window 2, 5 and 1 of 10 queries in layers 0–2: fractions 0.2, 0.5, 0.1 (max 0.5 at layer 1)."""
+    verdict = switch_claims.mlp_like_verdict("m", np.tile([2.0, 5.0, 1.0], (W, 1)), queries=10)
+    assert (verdict.claim, verdict.model, verdict.verdict, verdict.thresholds) == (
+        "mlp_like",
+        "m",
+        "descriptive",
+        {},
+    )
+    assert verdict.evidence == {
+        "max_layer_frac": 0.5,
+        "argmax_layer": 1.0,
+        "mean_layer_frac": pytest.approx(0.8 / 3, rel=1e-12),
+    }
+    assert verdict.reason == "the paper states a condition, not a frequency: measured, not judged"
+    assert verdict.interval["over"] == "windows" and verdict.interval["n"] == W
