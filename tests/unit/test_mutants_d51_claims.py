@@ -334,11 +334,11 @@ def test_documented_defaults_of_the_claims():
     cost = cost_claims.cost_real_verdict("m", wins, [8, 16])
     assert cost == cost_claims.cost_real_verdict("m", wins, [8, 16], seed=0)
     assert cost.interval != cost_claims.cost_real_verdict("m", wins, [8, 16], seed=1).interval
-    assert middle_layers(9) == [2, 3, 4, 5, 6] and middle_layers(5) == [
-        1,
-        2,
-        3,
-    ]  # l / (L − 1) = ¼ and ¾ are in
+    # l / (L − 1) in ¼ … ¾: L = 5 and 9 reach ¼ and ¾ exactly (in); L = 6 has 0.2 and 0.8 (out); L = 2 has none
+    assert (
+        middle_layers(9) == [2, 3, 4, 5, 6] and middle_layers(5) == [1, 2, 3] and middle_layers(6) == [2, 3]
+    )
+    assert middle_layers(2) == [1] and middle_layers(1) == [0] and middle_layers(0) == []
     x = np.array([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
     assert rowwise_spearman(x, x) == (pytest.approx(1.0), 2)
     rho, used = rowwise_spearman(x[:, :2], x[:, :2])  # 2 units per row: below the default gate of 3
