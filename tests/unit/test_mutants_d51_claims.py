@@ -461,3 +461,42 @@ def test_mlp_like_is_described_whole():
     }
     assert verdict.reason == "the paper states a condition, not a frequency: measured, not judged"
     assert verdict.interval["over"] == "windows" and verdict.interval["n"] == W
+
+
+def test_cost_boundary_trained_with_its_control_at_exactly_control_min():
+    """Two settings where the diagonal is predicted (both seeds diagonal) and two where the sink is (one setting
+    forms the sink, the other a diagonal): every resample within settings keeps the control at exactly 2 / 4 = 0.5
+    = control_min (not below: measurable) and the diagonal side at 1 (supported; at control_min 2/3 the control
+    fails, which is not a verdict, so nothing depends on it)."""
+    rows = [
+        ("a", "diagonal", "diagonal"),
+        ("b", "diagonal", "diagonal"),
+        ("c", "sink", "sink"),
+        ("d", "sink", "diagonal"),
+    ]
+    runs = pd.DataFrame(
+        [
+            {"setting": s, "seed": k, "predicted": p, "pattern": t, "steps": 100 + k}
+            for s, p, t in rows
+            for k in range(2)
+        ]
+    )
+    verdict = experiment_claims.cost_boundary_trained_verdict(runs)
+    assert verdict.evidence == {
+        "runs": 8,
+        "settings": 4,
+        "steps": 101,
+        "patterns_where_diagonal_predicted": "diagonal, diagonal, diagonal, diagonal",
+        "patterns_where_sink_predicted": "sink, sink, diagonal, diagonal",
+        "diagonal_side_match": 1.0,
+        "sink_side_match": 0.5,
+        "diagonal_side_sink_share": 0.0,
+    }
+    assert (verdict.claim, verdict.model, verdict.verdict, verdict.reason) == (
+        "cost_boundary_trained",
+        "synthetic",
+        "supported",
+        "",
+    )
+    assert verdict.thresholds == {"miss_tol": 0.1, "partly_min": 0.5, "control_min": 0.5}
+    assert verdict.interval["over"] == "lab runs (seeds within settings) (within strata)"
