@@ -532,3 +532,33 @@ def test_value_drain_at_exactly_its_hard_fraction_and_drain_cuts():
     assert [r for r in verdict.sensitivity if r["threshold"] == "delta"][0]["not_varied"].startswith(
         "only δ × 1"
     )
+
+
+def test_cost_boundary_at_exactly_one_minus_miss_tol():
+    """18 draws of one (T, d, rank) cell where the boundary predicts the diagonal and the exact winner agrees, 2 of
+    another where it predicts the sink and the winner disagrees, 3 undecided (left out): agreement 18 / 20 = 0.9 in
+    every resample within cells; 9 of 10 vocabulary rows agree (0.9). Both ≥ 1 − miss_tol: supported; at miss_tol
+    × ½ (odds: 0.0526) partly. Without vocabulary rows nothing is defined."""
+    draw = {"T": 8, "d": 4, "rank": 2}
+    geometry = pd.DataFrame(
+        [draw | {"cheaper_predicted": "diagonal", "agree": True}] * 18
+        + [draw | {"rank": 3, "cheaper_predicted": "sink", "agree": False}] * 2
+        + [draw | {"T": 16, "cheaper_predicted": "undecided", "agree": False}] * 3
+    )
+    vocabulary = pd.DataFrame({"cheaper_closed": ["sink"] * 10, "cheaper_exact": ["sink"] * 9 + ["diagonal"]})
+    verdict = experiment_claims.cost_boundary_verdict(vocabulary, geometry)
+    assert verdict.evidence == {
+        "vocabulary_rows": 10,
+        "draws": 23,
+        "undecided_draws": 3,
+        "predicted_diagonal_draws": 18,
+        "agreement": 0.9,
+        "vocabulary_agreement": 0.9,
+    }
+    assert (verdict.claim, verdict.model, verdict.verdict) == ("cost_boundary", "theory", PARTLY)
+    assert verdict.reason == "depends on miss_tol (miss_tol: partly at 0.0526)"
+    assert verdict.thresholds == {"miss_tol": 0.1, "partly_min": 0.5}
+    empty = experiment_claims.cost_boundary_verdict(vocabulary.iloc[:0], geometry)
+    assert (
+        empty.verdict == NOT_MEASURABLE and empty.reason == "not defined on this data: vocabulary_agreement"
+    )
