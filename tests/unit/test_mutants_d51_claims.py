@@ -562,3 +562,34 @@ def test_cost_boundary_at_exactly_one_minus_miss_tol():
     assert (
         empty.verdict == NOT_MEASURABLE and empty.reason == "not defined on this data: vocabulary_agreement"
     )
+
+
+def test_switch_assumptions_record_with_a_span_distance_of_exactly_min_distance():
+    """Two layers, every window alike, both at span distance exactly min_distance = 0.05 (≥: holds); layer 0 has
+    the full rank min(T − 1, width) = min(7, 16) = 7, layer 1 rank 6 (fails). Tables per window and at every δ, τ:
+    layer 0 (9, 1, 1, 9), layer 1 (0, 5, 5, 0). Where the assumptions hold both conditionals are 72 / 80 = 0.9;
+    over every cell 72 / 120 = 0.6; switched off where they fail at τ = 0.1: 8 windows × 5 = 40."""
+    curve = np.zeros((W, 2, 3, 14, 4))
+    curve[:, 0] = [9.0, 1.0, 1.0, 9.0]
+    curve[:, 1] = [0.0, 5.0, 5.0, 0.0]
+    arrays = {
+        "curve": curve,
+        "distance": np.full((W, 2), 0.05),
+        "rank": np.tile([7, 6], (W, 1)),
+        "n_contexts": 7,
+        "width": 16,
+    }
+    verdict = experiment_claims.assumptions_verdict("m", arrays)
+    assert verdict.evidence == {
+        "n_layers": 2,
+        "n_contexts": 7,
+        "width": 16,
+        "best_min_conditional_where_hold": 0.9,
+        "best_min_conditional_all": 0.6,
+        "tau_best": 0.025,
+        "cells_hold_share": 0.5,
+        "switched_off_where_fail": 40.0,
+    }
+    assert (verdict.claim, verdict.verdict) == ("switch_assumptions", PARTLY)
+    assert verdict.reason == "depends on miss_tol (miss_tol: partly at 0.0526)"
+    assert verdict.thresholds == {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5, "min_distance": 0.05}
