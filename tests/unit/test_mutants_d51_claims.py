@@ -593,3 +593,37 @@ def test_switch_assumptions_record_with_a_span_distance_of_exactly_min_distance(
     assert (verdict.claim, verdict.verdict) == ("switch_assumptions", PARTLY)
     assert verdict.reason == "depends on miss_tol (miss_tol: partly at 0.0526)"
     assert verdict.thresholds == {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5, "min_distance": 0.05}
+
+
+def test_representability_beats_exactly_the_beaten_control_fraction():
+    """Four middle layers, each: H1 and H2 hold, BOS's γ₂/‖z‖ = 1, 20 controls of which 19 at 0.5 and the last at
+    1.0 (a tie is not beaten: 19 / 20 = 0.95 = beaten_control_frac, ≥: beyond). BOS ranks 2nd (1 + one control ≥
+    it). Supported at the point; at beaten_control_frac × 2 on the odds scale (38 / 39 = 0.974) no layer is beyond
+    (partly, H1 and H2 hold); at n_controls 10 the first 10 controls are all beaten (supported)."""
+    row = {"n_contexts": 30, "h1": True, "h2": 1, "gamma2_rel": 1.0, "control_gamma2_rel": [0.5] * 19 + [1.0]}
+    verdict = geometry_claims.representability_verdict(
+        "m", [row | {"layer": layer} for layer in (3, 4, 5, 6)], 16
+    )
+    assert verdict.evidence == {
+        "n_contexts": 30,
+        "width": 16,
+        "n_controls": 20,
+        "layers": [3, 4, 5, 6],
+        "bos_rank": [2, 2, 2, 2],
+        "gamma2_rel_bos": [1.0] * 4,
+        "gamma2_rel_control_median": [0.5] * 4,
+        "gamma2_rel_control_max": [1.0] * 4,
+        "layers_beyond_control": 1.0,
+        "layers_representable": 1.0,
+        "mean_controls_beaten": pytest.approx(0.95, rel=1e-12),
+    }
+    assert verdict.thresholds == {
+        "failing_layer_tol": 0.2,
+        "partly_layer_frac": 0.2,
+        "beaten_control_frac": 0.95,
+        "n_controls": 20.0,
+    }
+    assert verdict.verdict == PARTLY
+    assert verdict.reason == "depends on beaten_control_frac (beaten_control_frac: partly at 0.974)"
+    n_controls = [(r["scale"], r["verdict"]) for r in verdict.sensitivity if r["threshold"] == "n_controls"]
+    assert n_controls == [(0.5, "supported"), (2.0, None)]
