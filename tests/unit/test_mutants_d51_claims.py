@@ -503,24 +503,24 @@ def test_cost_boundary_trained_with_its_control_at_exactly_control_min():
 
 
 def test_value_drain_at_exactly_its_hard_fraction_and_drain_cuts():
-    """Two layers of two KV groups of two query heads, 10 queries per window, every window alike. Hard-sink
-    counts per head (5, 0 | 1, 0) and (6, 0 | 2, 1): group fractions 0.5, 0.1, 0.6, 0.2 (the largest head's); mean
-    drains 0.5, 0.9, 0.5, 0.8. Sink groups are those with fraction ≥ 0.5 exactly (groups 0 and 2), whose median
-    drain is 0.5 = drain_max (≤: small). ρ from scipy's spearmanr; within layers 2 groups < 3 (not required).
-    Supported at the point; partly at drain_max 0.25 and at sink_head_hard_frac 2/3 (no sink group left)."""
+    """One layer of four KV groups of two query heads (so groups per layer, 4, differ from layers, 1), 10 queries
+    per window, every window alike. Hard-sink counts per head (5, 0 | 1, 0 | 6, 0 | 2, 1): group fractions 0.5,
+    0.1, 0.6, 0.2 (the largest head's); mean drains 0.5, 0.9, 0.5, 0.8. Sink groups are those with fraction ≥ 0.5
+    exactly (groups 0 and 2), whose median drain is 0.5 = drain_max (≤: small). ρ from scipy's spearmanr, the same
+    within the one layer (4 groups ≥ 3). Supported at the point; partly at drain_max 0.25 and at
+    sink_head_hard_frac 2/3 (no sink group left)."""
     from scipy.stats import spearmanr
 
-    hard = np.tile(np.array([[5.0, 0.0, 1.0, 0.0], [6.0, 0.0, 2.0, 1.0]]), (W, 1, 1))
-    drains = np.tile(np.array([[0.5, 0.9], [0.5, 0.8]]), (W, 1, 1))
+    hard = np.tile(np.array([[5.0, 0.0, 1.0, 0.0, 6.0, 0.0, 2.0, 1.0]]), (W, 1, 1))
+    drains = np.tile(np.array([[0.5, 0.9, 0.5, 0.8]]), (W, 1, 1))
     verdict = switch_claims.value_drain_verdict("m", drains, hard, queries=10)
     rho = spearmanr([0.5, 0.1, 0.6, 0.2], [0.5, 0.9, 0.5, 0.8]).statistic
-    evidence = dict(verdict.evidence)
-    assert math.isnan(evidence.pop("rho_within_layers"))
-    assert evidence == {
+    assert verdict.evidence == {
         "n_groups": 4,
-        "groups_per_layer": 2,
+        "groups_per_layer": 4,
         "rho_all_groups": pytest.approx(rho, rel=1e-12),
-        "layers_within": 0.0,
+        "rho_within_layers": pytest.approx(rho, rel=1e-12),
+        "layers_within": 1.0,
         "n_sink_groups": 2.0,
         "median_drain_sink_groups": 0.5,
         "median_drain_other_groups": pytest.approx(0.85, rel=1e-12),
