@@ -434,10 +434,10 @@ def test_cost_figure_reads_back():
     theory = pd.DataFrame([{"T": t, "pattern": p, "norm": n, "closed_form": t * k, "exact": t * k if t < 8 else math.nan}
                            for p, k0 in (("sink", 1.0), ("diagonal", 3.0)) for n, k in (("nuclear", k0), ("frobenius", 2 * k0))
                            for t in T])  # fmt: skip
-    # diagonal / sink per (layer, window): layer 0: 2, 4 (median 3); layer 1: 5, inf → NaN (median 5)
+    # diagonal / sink per (layer, window): layer 0: 1, 2, 6 (median 2, mean 3); layer 1: 5, inf → NaN (median 5)
     costs = pd.DataFrame([{"T": 8, "layer": layer, "window": w, "pattern": p, "cost": c}
-                          for layer, w, sink, diag in ((0, 0, 1.0, 2.0), (0, 1, 1.0, 4.0), (1, 0, 2.0, 10.0),
-                                                       (1, 1, 0.0, 1.0))
+                          for layer, w, sink, diag in ((0, 0, 1.0, 1.0), (0, 1, 1.0, 2.0), (0, 2, 0.5, 3.0),
+                                                       (1, 0, 2.0, 10.0), (1, 1, 0.0, 1.0))
                           for p, c in (("sink", sink), ("diagonal", diag))])  # fmt: skip
     fig = figures.cost_figure(theory, {"m": {"cost_layers": costs}, "empty": {"cost_layers": costs.iloc[:0]}})
     left, right = fig.axes
@@ -461,7 +461,7 @@ def test_cost_figure_reads_back():
         tuple(t * k for t in (2, 4)) for k in (1.0, 2.0, 3.0, 6.0)
     )
     assert hlines(right) == [1.0]
-    assert_lines(right, {"m T=8": ([0, 1], [3.0, 5.0])})
+    assert_lines(right, {"m T=8": ([0, 1], [2.0, 5.0])})
 
 
 def test_weights_figure_reads_back():
@@ -721,3 +721,144 @@ def test_sensitivity_and_evidence_text_whole_lines():
         _evidence_text(evidence)
         == "n = 3; rate = 0.1235; name = x; ok = True; none = –; cells = {a: 0.5, b: –}"
     )
+
+
+# ---- judge: the evidence tables and early verdicts, by hand ---------------------------------------------------
+
+
+def test_judge_small_tables_by_hand():
+    from sinkscope.reproduction import judge
+
+    W = 2
+    scaled = np.arange(W * 3 * 2).reshape(W, 3, 2)  # δ × ½, 1, 2 after W
+    np.testing.assert_array_equal(judge.at_delta(scaled), scaled[:, 1])
+    np.testing.assert_array_equal(judge.at_delta(scaled[:, :1]), scaled[:, 0])
+    T = np.array([64.0, 128.0, 512.0])
+    assert judge.fit_exponent(T, 5.0 * T**0.75) == pytest.approx(0.75)
+    ablation = pd.DataFrame([("bos", "highest-hard-sink", 3, 0.5), ("bos", "random", 3, 0.1), ("bos", "random", 3, 0.3),
+                             ("bos", "random", 6, 9.0), ("zero", "highest-hard-sink", 3, 7.0), ("zero", "random", 3, 8.0)],
+                            columns=["mode", "selection", "n_heads", "delta_loss"])  # fmt: skip
+    assert judge.forced_bos(ablation) == {"forced_bos_delta_selected": 0.5, "forced_bos_delta_random_mean": pytest.approx(0.2),
+                                          "forced_bos_random_draws": 2}  # fmt: skip
+    assert judge.forced_bos(ablation.iloc[[0, 3]]) == {"forced_bos_delta_selected": 0.5,
+                                                       "forced_bos_delta_random_mean": None, "forced_bos_random_draws": 0}  # fmt: skip
+    assert judge.forced_bos(ablation[ablation["mode"] == "zero"]) == {}
+    cells = judge.window_text(ablation.iloc[:3].assign(window_delta=[[0.1, 2.0], np.array([1 / 3]), None]))
+    assert list(cells["window_delta"]) == ["0.1 2", "0.333333", ""]
+    assert judge.window_text(ablation) is ablation
+    # routes: counts summed over windows, one column per route and the unexplained rest, their total per layer
+    names = ["bos_sink", "cancellation", "bos_partial", "self_small_value", "low_norm_keys", "unexplained"]
+    by_layer = np.arange(2 * 3 * 6).reshape(2, 3, 6)  # (W, L, routes + 1)
+    routes = judge.routes_table({"routes_by_layer": by_layer})
+    assert list(routes.columns) == [*names, "layer", "n_switched_off"]
+    np.testing.assert_array_equal(routes[names].to_numpy(), by_layer[0] + by_layer[1])
+    np.testing.assert_array_equal(routes["n_switched_off"], (by_layer[0] + by_layer[1]).sum(1))
+    np.testing.assert_array_equal(routes["layer"], [0, 1, 2])
+    # value drain per KV group: mean over windows; hard-sink fraction of each query head over W (T − 1) queries,
+    # the largest of its group (4 heads, 2 KV groups)
+    drain = np.array([[[1.0, 2.0]], [[3.0, 6.0]]])  # (W=2, L=1, KV=2)
+    hard = np.zeros((2, 3, 1, 4))
+    hard[:, 1, 0] = [[1, 3, 0, 2], [1, 1, 4, 0]]  # δ × 1: per head sums over windows 2, 4, 4, 2
+    hard[:, 0, 0] = 99  # other δ: never read
+    table = judge.drain_table({"drain": drain, "hard_sink": hard}, T=5)
+    assert list(table.columns) == ["layer", "kv_head", "value_drain", "max_hard_sink_frac"]
+    np.testing.assert_allclose(table.to_numpy(float), [[0, 0, 2.0, 4 / 8], [0, 1, 4.0, 4 / 8]])
+    hard[:, 1, 0] = [[1, 0, 0, 0], [0, 0, 1, 1]]  # sums 1, 0, 1, 1: groups (1, 0) → 1/8, (1, 1) → 1/8
+    hard[0, 1, 0, 3] = 2  # sums 1, 0, 1, 3: second group 3/8
+    table = judge.drain_table({"drain": drain, "hard_sink": hard}, T=5)
+    np.testing.assert_allclose(table["max_hard_sink_frac"], [1 / 8, 3 / 8])
+
+
+def test_sink_query_table_by_hand():
+    from sinkscope.reproduction.judge import sink_query_table
+
+    assert sink_query_table({}).empty
+    arrays = {"selected": np.array([0.2, 0.4, 0.9]), "same_heads": np.array([[0.1, 0.3], [0.1, 0.5], [0.1, 0.1]]),
+              "random": np.array([[0.0, 0.6], [0.3, 0.0], [0.0, 0.0]])}  # fmt: skip
+    table = sink_query_table(arrays)
+    assert list(table["selection"]) == [
+        "sink queries",
+        "same heads, non-sink queries",
+        "random heads and queries",
+    ]
+    assert set(table["mode"]) == {"zero on sink queries"}
+    np.testing.assert_allclose(table["delta_loss"], [0.5, 0.2, 0.15])  # per-draw means (0.1, 0.3), (0.1, 0.2)
+    np.testing.assert_allclose(table["delta_draw_min"].to_numpy()[1:], [0.1, 0.1])
+    np.testing.assert_allclose(table["delta_draw_max"].to_numpy()[1:], [0.3, 0.2])
+    assert list(table["n_windows"]) == [3, 3, 3] and list(table["draws"]) == [1, 2, 2]
+
+
+def test_judge_early_verdicts_carry_claim_model_corpus_and_reason():
+    from sinkscope.reproduction import judge
+
+    empty = pd.DataFrame({"mode": ["zero"], "selection": ["random"], "n_heads": [2], "delta_loss": [0.1]})
+    cases = [
+        (judge.sink_query_verdict("m", "c", {}, empty, 0), "sink_ablation", "no sink-query ablation", {}),
+        (judge.ablation_verdicts("m", "c", empty, pd.DataFrame(), 0)[0], "dormant_heads",
+         "no per-window lowest-ahon-ln ablation", {}),
+        (judge.cost_layers_verdict("m", "c", pd.DataFrame(), 0), "cost_real_layers", "no layer costs", {}),
+        (judge.cost_layers_verdict("m", "c", pd.DataFrame({"layer": [0]}), 0), "cost_real_layers", "no layer costs", {}),
+    ]  # fmt: skip
+    rows = [("zero", "lowest-ahon-ln", 2, 0.5, [0.5, 0.5], 0.0, 2, 3.0, [[0, 1]])]
+    rows += [("zero", "random", 2, 0.1, [0.1, 0.1], 0.0, 2, 3.0, [[0, 0]])] * 2
+    rows += [("zero", "random, layer-matched", 2, 0.1, [0.1, 0.1], 0.0, 2, 3.0, [[0, 0]])]
+    frame = pd.DataFrame(rows, columns=["mode", "selection", "n_heads", "delta_loss", "window_delta", "delta_sem",
+                                        "n_windows", "base_loss", "heads"])  # fmt: skip
+    from sinkscope.reproduction.matched_heads import LAYER_MATCHED
+
+    frame["selection"] = frame["selection"].replace("random, layer-matched", LAYER_MATCHED)
+    mismatch = judge.ablation_verdicts("m", "c", frame, pd.DataFrame({"ahon_ln": [0.1, 0.9]}), 0)[0]
+    cases.append((mismatch, "dormant_heads", "the ablation table holds 1 layer-matched and 2 random draws: recompute "
+                  "its section", None))  # fmt: skip
+    for verdict, claim, reason, evidence in cases:
+        assert (verdict.claim, verdict.model, verdict.verdict, verdict.reason, verdict.corpus) == (
+            claim, "m", "not measurable here", reason, "c"), verdict  # fmt: skip
+        assert verdict.thresholds == {} and verdict.interval is None and verdict.sensitivity == []
+        if evidence is not None:
+            assert verdict.evidence == evidence
+    assert {k: mismatch.evidence[k] for k in ("mode", "n_heads", "base_loss", "n_windows")} == {
+        "mode": "zero", "n_heads": 2, "base_loss": 3.0, "n_windows": 2}  # fmt: skip
+
+
+# ---- experiment sections: the documented shapes and grids ------------------------------------------------------
+
+
+def test_experiment_section_defaults_follow_their_docstrings():
+    from sinkscope.pipelines.cost_regimes import RegimeConfig
+    from sinkscope.reproduction.experiment_sections import eviction_shape, experiment_windows, regime_config
+
+    full, quick = (
+        stored_config(seq_len=64, windows=32, ablation_windows=8),
+        stored_config(quick=True, seq_len=64),
+    )
+    assert eviction_shape(full) == (128, 16) and eviction_shape(quick) == (64, 16)  # 2T (quick: T), w = T / 4
+    assert eviction_shape(stored_config(seq_len=10)) == (20, 2)  # w = ⌊T / 4⌋
+    assert experiment_windows(full) == 32 and experiment_windows(replace(quick, ablation_windows=5)) == 5
+    assert regime_config(full) == RegimeConfig(seeds=8)  # the command's default grid, 8 draws per cell
+    assert regime_config(quick) == RegimeConfig(Vs=(3,), Ks=(1,), Ts=(4,), ranks=(8,), seeds=1)
+
+
+# ---- report: section rows and links ----------------------------------------------------------------------------
+
+
+def test_section_data_rows_links_and_figures():
+    from sinkscope.reproduction.report import SECTIONS, section_data
+
+    verdict = {"claim": "dense_causal", "model": "m", "verdict": "supported", "evidence": {"n": 2},
+               "thresholds": {"min_share": 0.5, "k": 3}, "interval": None, "sensitivity": []}  # fmt: skip
+    other = verdict | {"claim": "geometry", "thresholds": {}}
+    data = section_data({"verdicts": [verdict, other]}, ["dense.csv"], {"dense_causal", "geometry"})
+    assert [s["number"] for s in data] == [s["number"] for s in SECTIONS] == [1, 2, 3, 4, 5, 6]
+    claims = {c["id"]: c for s in data for c in s["claims"]}
+    dense, geometry = claims["dense_causal"], claims["geometry"]
+    assert dense["table"] == "tables/dense.csv" and geometry["table"] is None  # geometry.csv not written
+    assert (
+        dense["figure"] == "dense_causal" and geometry["figure"] is None
+    )  # geometry: a section figure, not a claim's
+    (row,) = dense["rows"]
+    assert row["thresholds_text"] == "min_share = 0.5, k = 3" and row["evidence_text"] == "n = 2"
+    assert row["interval_text"] == "–" and row["sensitivity_text"] == ""
+    assert claims["prevalence"]["rows"] == [] and claims["prevalence"]["figure"] is None
+    assert all(c["id"] in claims for c in data[1]["claims"]) and "dense_causal" in [
+        c["id"] for c in data[1]["claims"]
+    ]
