@@ -61,3 +61,24 @@ def test_weight_table_rows_and_index():
     assert list(zip(table["layer"], table["head"])) == [
         (layer, head) for layer in range(L) for head in range(H)
     ]
+
+
+def test_weight_table_every_column_of_both_forms():
+    # the columns test_reproduce_weights does not read: σ₁ … σ_r as a list and the Frobenius norm, against numpy
+    from sinkscope.models.weight_maps import query_key_maps, value_output_maps
+
+    lm = build("llama")
+    table = weight_table(lm, 3)
+    stats = ["sigma1", "frobenius", "nuclear_over_frobenius", "effective_rank", "bos_alignment", "bos_gain",
+             "singular_values"]  # fmt: skip
+    assert list(table.columns) == ["layer", "head", *[f"{p}_{s}" for p in ("qk", "vo") for s in stats]]
+    r = lm.layout.head_dim
+    for layer, block in enumerate(lm.layers):
+        w_q, w_k = (w.double().numpy() for w in query_key_maps(lm.family, block, lm.layout))
+        w_v, w_o = (w.double().numpy() for w in value_output_maps(lm.family, block, lm.layout))
+        for head in range(lm.layout.n_heads):
+            row = table.iloc[layer * lm.layout.n_heads + head]
+            for prefix, form in (("qk", w_q[head] @ w_k[head].T), ("vo", w_v[head] @ w_o[head])):
+                s = np.linalg.svd(form, compute_uv=False)[:r]
+                np.testing.assert_allclose(row[f"{prefix}_singular_values"], s, rtol=1e-5, atol=1e-7)
+                np.testing.assert_allclose(row[f"{prefix}_frobenius"], np.linalg.norm(form), rtol=1e-5)
