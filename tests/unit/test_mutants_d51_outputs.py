@@ -862,3 +862,67 @@ def test_section_data_rows_links_and_figures():
     assert all(c["id"] in claims for c in data[1]["claims"]) and "dense_causal" in [
         c["id"] for c in data[1]["claims"]
     ]
+
+
+def test_ablation_verdicts_forward_every_argument(monkeypatch):
+    # judge.sink_query_verdict / ablation_verdicts hand their claim functions the arrays, the evidence record they
+    # build (by hand here), seed, fraction, δ and the claim's own variants; the corpus is attached to the result.
+    from sinkscope.reproduction import judge
+    from sinkscope.reproduction.config import SINK_QUERY_DELTA
+    from sinkscope.reproduction.matched_heads import LAYER_MATCHED
+    from sinkscope.reproduction.verdicts import Verdict
+
+    calls = {}
+
+    def spy(claim):
+        def verdict(model, *args):
+            calls[claim] = (model, *args)
+            return Verdict(claim, model, "supported")
+
+        return verdict
+
+    monkeypatch.setattr(judge, "sink_ablation_verdict", spy("sink_ablation"))
+    monkeypatch.setattr(judge, "dormant_heads_verdict", spy("dormant_heads"))
+    arrays = {"n_heads": np.array(3), "selected": np.array([0.5, 0.7]), "same_heads": np.ones((2, 4)),
+              "random": np.zeros((2, 4)), "cells_selected": np.array([2.0, 3.0]),
+              "cells_same_heads": np.array([1.0, 1.5]), "base": np.array([3.0, 4.0])}  # fmt: skip
+    variants = {"sink_ablation__fraction__0.5__selected": np.array([1.0]), "dormant_heads__fraction__2__selected":
+                np.array([2.0]), "other": np.array([0.0])}  # fmt: skip
+    ablation = pd.DataFrame(
+        {"mode": ["zero", "bos"], "selection": ["highest-hard-sink"] * 2, "delta_loss": [0.25, 9.0]}
+    )
+    v = judge.sink_query_verdict("m", "c", arrays, ablation, 7, 0.2, variants)
+    assert (v.claim, v.model, v.corpus) == ("sink_ablation", "m", "c")
+    model, selected, same, random, extra, seed, fraction, delta, chosen = calls["sink_ablation"]
+    assert (model, seed, fraction, delta) == ("m", 7, 0.2, SINK_QUERY_DELTA)
+    assert selected is arrays["selected"] and same is arrays["same_heads"] and random is arrays["random"]
+    assert extra == {"n_heads": 3, "n_windows": 2, "cells_selected": 5.0, "cells_same_heads_mean": 2.5,
+                     "base_loss": 3.5, "delta_zero_every_query": 0.25}  # fmt: skip
+    assert list(chosen) == [("fraction", 0.5)]
+    judge.sink_query_verdict("m", "c", arrays, ablation.iloc[1:], 0)
+    assert "delta_zero_every_query" not in calls["sink_ablation"][4] and calls["sink_ablation"][6:8] == (
+        0.1,
+        0.1,
+    )
+    assert calls["sink_ablation"][8] == {}
+    rows = [("lowest-ahon-ln", 2, [0.5, 0.7]), (LAYER_MATCHED, 2, [0.1, 0.2]), (LAYER_MATCHED, 2, [0.3, 0.4]),
+            ("random", 2, [0.0, 0.1]), ("random", 2, [0.2, 0.3]), ("random", 4, [9.0, 9.0])]  # fmt: skip
+    frame = pd.DataFrame([{"mode": "zero", "selection": s, "n_heads": n, "window_delta": w, "delta_loss": float(np.mean(w)),
+                           "base_loss": 3.0, "delta_sem": 0.05, "n_windows": 2, "heads": [[0, 1], [1, 0]]}
+                          for s, n, w in rows])  # fmt: skip
+    heads = pd.DataFrame({"ahon_ln": [0.2, 0.4, 0.9, 1.5]})
+    (v,) = judge.ablation_verdicts("m", "c", frame, heads, 5, 0.3, variants)
+    assert (v.claim, v.model, v.corpus) == ("dormant_heads", "m", "c")
+    model, selected, matched, random, extra, seed, fraction, chosen = calls["dormant_heads"]
+    assert (model, seed, fraction) == ("m", 5, 0.3)
+    np.testing.assert_array_equal(selected, [0.5, 0.7])
+    np.testing.assert_array_equal(
+        matched, [[0.1, 0.3], [0.2, 0.4]]
+    )  # (windows, draws), the 4-head set left out
+    np.testing.assert_array_equal(random, [[0.0, 0.2], [0.1, 0.3]])
+    assert {k: extra[k] for k in ("mode", "n_heads", "heads", "base_loss", "delta_selected_sem", "n_windows")} == {
+        "mode": "zero", "n_heads": 2, "heads": [[0, 1], [1, 0]], "base_loss": 3.0, "delta_selected_sem": 0.05,
+        "n_windows": 2}  # fmt: skip
+    assert set(extra) == {"mode", "n_heads", "heads", "base_loss", "delta_selected_sem", "n_windows",
+                          "dormant_frac_by_ahon_ln"}  # fmt: skip
+    assert list(chosen) == [("fraction", 2.0)]
