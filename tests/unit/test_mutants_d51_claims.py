@@ -71,7 +71,7 @@ def test_every_early_return_is_a_whole_verdict_with_its_thresholds():
            "would pass")  # fmt: skip
     verdict = geometry_claims.representability_verdict("m", [row], width=9)  # n = width + 1, 19 controls
     _whole(verdict, "representability", "m", NOT_MEASURABLE,
-           {"n_contexts": 10, "width": 9, "n_controls": 19, "n_control_tokens": 19}, {},
+           {"n_contexts": 10, "width": 9, "n_controls": 19, "n_control_tokens": 19}, representability,
            "too few control tokens: 19 (a verdict needs at least 20)")  # fmt: skip
     twenty = geometry_claims.representability_verdict(
         "m", [row | {"control_gamma2_rel": [0.5] * 20}], width=9
@@ -93,8 +93,8 @@ def test_every_early_return_is_a_whole_verdict_with_its_thresholds():
     _whole(verdict, "cost_boundary_trained", "synthetic", NOT_MEASURABLE, {}, trained, "the lab was not run")
 
     verdict = smoothing_claims.oversmoothing_verdict("m", [0.1] * 19, [True] * 19, [0] * 19)
-    _whole(verdict, "oversmoothing", "m", NOT_MEASURABLE, {"n_heads": 19}, {},
-           "too few heads: 19 (a verdict needs at least 20)")  # fmt: skip
+    _whole(verdict, "oversmoothing", "m", NOT_MEASURABLE, {"n_heads": 19},
+           {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 0.001}, "too few heads: 19 (a verdict needs at least 20)")  # fmt: skip
 
     cosines = _cosines({(0, h): 0.5 for h in range(19)} | {(0, -1): 0.5})
     verdict = experiment_claims.dense_causal_verdict("m", cosines)

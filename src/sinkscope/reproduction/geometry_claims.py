@@ -84,7 +84,9 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
         return Verdict("representability", model, NOT_MEASURABLE, evidence, REPRESENTABILITY, f"the certificate "
                        f"sample ({n} tokens) is not larger than the model width ({width}): any token would pass")  # fmt: skip
     if controls < MIN_CONTROLS:
-        return too_few("representability", model, "control tokens", controls, MIN_CONTROLS, evidence)
+        return too_few(
+            "representability", model, "control tokens", controls, MIN_CONTROLS, evidence, REPRESENTABILITY
+        )
     thresholds = REPRESENTABILITY | {"n_controls": float(controls)}
     fixed = {"n_controls×2": f"only {controls} random control tokens were drawn in the certificate pass"}
     if n_layers is not None:

@@ -22,7 +22,9 @@ def oversmoothing_verdict(model: str, observed_rise: Sequence[float], dense_more
     consistency check beside it, never deciding. Interval over heads, resampled within layers."""
     units = {"rise": np.asarray(observed_rise, float), "dense": np.asarray(dense_more, float)}
     if units["rise"].size < MIN_HEADS:
-        return too_few("oversmoothing", model, "heads", int(units["rise"].size), MIN_HEADS)
+        return too_few(
+            "oversmoothing", model, "heads", int(units["rise"].size), MIN_HEADS, thresholds=OVERSMOOTHING
+        )
 
     def effects(u, th):
         rises = u["rise"] > th["rise_min"]
