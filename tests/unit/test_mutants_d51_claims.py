@@ -627,3 +627,45 @@ def test_representability_beats_exactly_the_beaten_control_fraction():
     assert verdict.reason == "depends on beaten_control_frac (beaten_control_frac: partly at 0.974)"
     n_controls = [(r["scale"], r["verdict"]) for r in verdict.sensitivity if r["threshold"] == "n_controls"]
     assert n_controls == [(0.5, "supported"), (2.0, None)]
+
+
+def test_an_ablation_measured_again_at_one_scale_only():
+    """The head fraction re-measured at × 2 only (5 draws, no head count stored): it becomes a threshold of the
+    sensitivity (0.1; at 0.2 the variant's ratio 0.4 / 1 decides: supported), × ½ is recorded as not varied with
+    the fraction's reason, δ (never re-measured) stays not varied as a whole; the variant's point numbers are the
+    evidence beside it. The verdict's own ratio 0.2 / 1 is supported at every varied threshold."""
+    variant = {"selected": np.full(W, 0.4), "same_heads": np.ones((W, 5)), "random": np.full((W, 5), 2.0)}
+    verdict = _ratio(0.2, 1.0, variants={("head_fraction", 2.0): variant})
+    assert (verdict.verdict, verdict.reason) == ("supported", "")
+    assert verdict.thresholds == {
+        "supported_ratio": 0.5,
+        "partly_ratio": 1.0,
+        "n_draws": 20.0,
+        "head_fraction": 0.1,
+    }
+    assert verdict.evidence["variants"] == {
+        "head_fraction×2": {
+            "ratio": 0.4,
+            "delta_selected": 0.4,
+            "ratio_same_heads": 0.4,
+            "ratio_random": 0.2,
+            "delta_same_heads_mean": 1.0,
+            "delta_random_mean": 2.0,
+            "n_heads": None,
+            "draws": 5,
+        }
+    }
+    records = [r for r in verdict.sensitivity if r["threshold"] in ("head_fraction", "sink_query_delta")]
+    assert records == [
+        {
+            "threshold": "head_fraction",
+            "scale": 0.5,
+            "value": 0.05,
+            "verdict": None,
+            "not_varied": HEAD_FRACTION,
+        },
+        {"threshold": "head_fraction", "scale": 2.0, "value": 0.2, "verdict": "supported"},
+        {"threshold": "sink_query_delta", "scale": None, "value": None, "verdict": None, "not_varied": DELTA},
+    ]
+    counted = _ratio(0.2, 1.0, variants={("head_fraction", 2.0): variant | {"n_heads": np.array(7)}})
+    assert counted.evidence["variants"]["head_fraction×2"]["n_heads"] == 7
