@@ -926,3 +926,38 @@ def test_ablation_verdicts_forward_every_argument(monkeypatch):
     assert set(extra) == {"mode", "n_heads", "heads", "base_loss", "delta_selected_sem", "n_windows",
                           "dormant_frac_by_ahon_ln"}  # fmt: skip
     assert list(chosen) == [("fraction", 2.0)]
+
+
+def test_write_tables_writes_every_table_a_claim_links(tmp_path):
+    # Each claim's `table` (CLAIMS, docs/reproduction.md: "the table under tables/ it was computed from") must be
+    # written: the per-model evidence tables over models with `model` first, cost_theory, the extra model-free tables
+    # and regime_cells.
+    from sinkscope.reproduction.claim_texts import CLAIMS
+    from sinkscope.reproduction.report import write_tables
+
+    model_free = {"cost_theory", "regime_cells", "cost_regimes", "cost_boundary_trained"}
+    per_model = sorted({spec.table for spec in CLAIMS.values()} - model_free)
+    assert len(per_model) == 14
+    evidence = {
+        m: {t: pd.DataFrame({"value": [k, k + 0.5]}) for t in per_model} for k, m in enumerate(("a", "b"))
+    }
+    theory = pd.DataFrame({"T": [2], "closed_form": [1.0]})
+    extra = {"cost_regimes": pd.DataFrame({"V": [3]}), "cost_boundary_trained": pd.DataFrame({"seed": [0]})}
+    names = write_tables(tmp_path, evidence, theory, pd.DataFrame({"init": ["zeros"]}), extra)
+    assert {spec.table + ".csv" for spec in CLAIMS.values()} <= set(names)
+    assert names[-4:] == [
+        "cost_theory.csv",
+        "cost_regimes.csv",
+        "cost_boundary_trained.csv",
+        "regime_cells.csv",
+    ]
+    for table in per_model:
+        written = pd.read_csv(tmp_path / f"{table}.csv")
+        assert written.to_dict("list") == {"model": ["a", "a", "b", "b"], "value": [0.0, 0.5, 1.0, 1.5]}, (
+            table
+        )
+    assert pd.read_csv(tmp_path / "cost_boundary_trained.csv").to_dict("list") == {"seed": [0]}
+    (tmp_path / "b").mkdir()
+    only_b = write_tables(tmp_path / "b", {"a": {}, "b": {"dense": evidence["b"]["dense"]}}, theory)
+    assert only_b == ["dense.csv", "cost_theory.csv"]
+    assert pd.read_csv(tmp_path / "b" / "dense.csv")["model"].tolist() == ["b", "b"]
