@@ -953,6 +953,7 @@ def test_write_tables_writes_every_table_a_claim_links(tmp_path):
     ]
     for table in per_model:
         written = pd.read_csv(tmp_path / f"{table}.csv")
+        assert list(written.columns) == ["model", "value"], table
         assert written.to_dict("list") == {"model": ["a", "a", "b", "b"], "value": [0.0, 0.5, 1.0, 1.5]}, (
             table
         )
