@@ -669,3 +669,10 @@ def test_an_ablation_measured_again_at_one_scale_only():
     ]
     counted = _ratio(0.2, 1.0, variants={("head_fraction", 2.0): variant | {"n_heads": np.array(7)}})
     assert counted.evidence["variants"]["head_fraction×2"]["n_heads"] == 7
+    half = _ratio(0.2, 1.0, variants={("head_fraction", 0.5): variant})  # × 2 missing: not varied at × 2
+    records = [
+        (r["scale"], r["verdict"], r.get("not_varied"))
+        for r in half.sensitivity
+        if r["threshold"] == "head_fraction"
+    ]
+    assert records == [(0.5, "supported", None), (2.0, None, HEAD_FRACTION)]
