@@ -676,3 +676,32 @@ def test_an_ablation_measured_again_at_one_scale_only():
         if r["threshold"] == "head_fraction"
     ]
     assert records == [(0.5, "supported", None), (2.0, None, HEAD_FRACTION)]
+
+
+def test_the_within_layer_permutation_p_value_defaults_to_1000_seeded_permutations():
+    """Two layers of four heads, two sinks each: the exact one-sided p-value over all 6 × 6 within-layer
+    labellings (brute force, the stratified difference recomputed here by hand) against the default call, which
+    is (1 + hits) / 1001 (1000 permutations) and the same as n_perm = 1000, seed = 0."""
+    from itertools import combinations
+
+    from sinkscope.reproduction.strata import within_layer_permutation_p
+
+    values = np.array([3.0, 1.0, 2.5, 0.5, 2.0, 2.2, 0.1, 1.9])
+    is_sink = np.array([True, True, False, False, True, True, False, False])
+    layers = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+
+    def difference(
+        sinks: tuple,
+    ) -> float:  # equal class sizes: weights 1 per layer, the mean of the differences
+        return float(np.mean([values[s].mean() - np.delete(values, s)[layers[np.delete(range(8), s)] == layer].mean()
+                              for layer, s in zip((0, 1), sinks)]))  # fmt: skip
+
+    observed = difference(([0, 1], [4, 5]))
+    labellings = [
+        ([*a], [4 + b for b in bb]) for a in combinations(range(4), 2) for bb in combinations(range(4), 2)
+    ]
+    exact = np.mean([difference(s) >= observed - 1e-12 for s in labellings])
+    p = within_layer_permutation_p(values, is_sink, layers, greater=True)
+    assert p == within_layer_permutation_p(values, is_sink, layers, greater=True, n_perm=1000, seed=0)
+    assert p != within_layer_permutation_p(values, is_sink, layers, greater=True, seed=1)
+    assert abs(p * 1001 - round(p * 1001)) < 1e-9 and abs(p - exact) < 0.05 and 0.05 < exact < 0.5
