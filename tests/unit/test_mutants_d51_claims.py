@@ -705,3 +705,17 @@ def test_the_within_layer_permutation_p_value_defaults_to_1000_seeded_permutatio
     assert p == within_layer_permutation_p(values, is_sink, layers, greater=True, n_perm=1000, seed=0)
     assert p != within_layer_permutation_p(values, is_sink, layers, greater=True, seed=1)
     assert abs(p * 1001 - round(p * 1001)) < 1e-9 and abs(p - exact) < 0.05 and 0.05 < exact < 0.5
+
+
+def test_the_stratified_difference_weighs_layers_by_their_class_sizes():
+    """Layer 0: sinks 1, 3 and other 0 (difference 2, weight 2·1/3); layer 1: sink 5 and others 2, 4, 6
+    (difference 1, weight 1·3/4); layer 2 holds sinks only (left out). Weighted: (4/3 + 3/4) / (17/12) = 25/17;
+    pooled within-class sd √((2 + 8) / (1 + 2)) = √(10/3)."""
+    from sinkscope.reproduction.strata import stratified_difference
+
+    values = [1.0, 3.0, 0.0, 5.0, 2.0, 4.0, 6.0, 9.0, 9.0]
+    is_sink = [True, True, False, True, False, False, False, True, True]
+    layers = [0, 0, 0, 1, 1, 1, 1, 2, 2]
+    difference, standardised, used = stratified_difference(values, is_sink, layers)
+    assert difference == pytest.approx(25 / 17, rel=1e-12) and used == 2
+    assert standardised == pytest.approx(25 / 17 / math.sqrt(10 / 3), rel=1e-12)
