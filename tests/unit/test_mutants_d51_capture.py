@@ -19,7 +19,8 @@ import re
 import pytest
 import torch
 
-from sinkscope.capture import blocks
+from sinkscope.capture import blocks, flex
+from sinkscope.capture import flex_masks as flex_masks_module
 from sinkscope.capture.attention import attention_precision
 from sinkscope.capture.blocks import blocked_attention, row_attention
 from sinkscope.capture.feed import Feed
@@ -27,8 +28,10 @@ from sinkscope.capture.flex_masks import additive_parts, flex_masks
 from sinkscope.capture.fused import fused_attention
 from sinkscope.capture.head_ablation import head_ablation
 from sinkscope.capture.learned_sink import learned_sink_attention
+from sinkscope.capture.readout import READOUT_FIELDS
 from sinkscope.capture.text_maps import MAX_TOKENS, _bos_window, check_length
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional import patterns, switch
 from sinkscope.functional.head_classes import HeadThresholds, classify_head
 from sinkscope.functional.learned_sink import hard_learned_sink_frac, learned_sink_block_sums
 from sinkscope.functional.patterns import (
@@ -66,15 +69,17 @@ def _inputs(dv: int = DV) -> tuple[torch.Tensor, ...]:
     return q, k, v, bias, keep, sinks
 
 
-def _eager(q, k, v, *, mask=None, softcap=None, sinks=None) -> dict[str, torch.Tensor]:
-    """Float64 eager attention: `A = softmax(S)` over keys j ≤ t (and M's), S = s q·k (capped, plus the bias),
-    a learned sink as one more column dropped after the softmax; output `A V` as (B, T, H, Dv)."""
+def _eager(q, k, v, *, mask=None, softcap=None, sinks=None, window=None) -> dict[str, torch.Tensor]:
+    """Float64 eager attention: `A = softmax(S)` over keys j ≤ t (and M's, and t − j < W), S = s q·k (capped,
+    plus the bias), a learned sink as one more column dropped after the softmax; output `A V` as (B, T, H, Dv)."""
     group = q.shape[1] // k.shape[1]
     keys, values = (x.double().repeat_interleave(group, 1) for x in (k, v))
     logits = SCALE * q.double() @ keys.transpose(-1, -2)
     if softcap is not None:
         logits = softcap * torch.tanh(logits / softcap)
     visible = torch.ones(T, T, dtype=torch.bool).tril()
+    if window is not None:
+        visible = visible & ~torch.ones(T, T, dtype=torch.bool).tril(-window)
     if mask is not None and mask.dtype == torch.bool:
         visible = visible & mask
     elif mask is not None:
@@ -123,15 +128,24 @@ def _blocks_run(q, k, v, mask, softcap, sinks=None):
 
 
 PATHS = ("blocks plain", "blocks softcap+padding", "blocks additive", "learned sink", "rows", "fused")
+# CUDA's path, run eagerly on the CPU (flex_attention refuses meta inputs: these run under a meta default only).
+FLEX = ("flex window", "flex softcap+padding+sinks", "flex additive")
 
 
 def _form(path: str, bias, keep, sinks) -> dict:
     return {"blocks plain": {}, "blocks softcap+padding": {"mask": keep, "softcap": SOFTCAP},
-            "blocks additive": {"mask": bias}, "learned sink": {"sinks": sinks}}.get(path, {})  # fmt: skip
+            "blocks additive": {"mask": bias}, "learned sink": {"sinks": sinks}, "flex window": {"window": 3},
+            "flex softcap+padding+sinks": {"mask": keep, "softcap": SOFTCAP, "sinks": sinks},
+            "flex additive": {"bias": bias}}.get(path, {})  # fmt: skip
 
 
 def _run_path(path: str, q, k, v, bias, keep, sinks) -> dict[str, torch.Tensor]:
     """What the path returns (its output and readout, or its output and blocks reassembled), by name."""
+    if path in FLEX:
+        form = _form(path, bias, keep, sinks)
+        out, packed = flex.flex_parts(q, k, v, SCALE, form.pop("window", None), **form)
+        readout = packed.unpack(packed.parts)
+        return {"out": out, **{name: getattr(readout, name) for name in READOUT_FIELDS}}
     if path in ("rows", "fused"):
         value = v[..., :D] if path == "fused" else v  # the fused kernel needs equal q and v head sizes
         out, readout = (row_attention if path == "rows" else fused_attention)(q, k, value, SCALE)
@@ -145,12 +159,30 @@ def _run_path(path: str, q, k, v, bias, keep, sinks) -> dict[str, torch.Tensor]:
 
 def _reference(path: str, q, k, v, bias, keep, sinks) -> dict[str, torch.Tensor]:
     """The float64 eager numbers of the same names."""
+    if path in FLEX:
+        form = _form(path, bias, keep, sinks)
+        ref = _eager(q, k, v, mask=form.get("mask", form.get("bias")), softcap=form.get("softcap"),
+                     sinks=form.get("sinks"), window=form.get("window"))  # fmt: skip
+        return {"out": ref["out"], **_readout_reference(ref)}
     if path in ("rows", "fused"):
         ref = _eager(q, k, v[..., :D] if path == "fused" else v)
         return {"out": ref["out"], **_readout_reference(ref)}
     ref = _eager(q, k, v, **_form(path, bias, keep, sinks))
     ref["block"] = ref["out"].transpose(1, 2)
     return ref
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """The per-shape caches of `capture/` and `functional/` emptied, so each test makes its tensors anew (a tensor
+    cached by an earlier CPU call would hide one made on the default device)."""
+    cached = (flex._kernels, flex._row_constants, flex._kv_heads, flex._row_keys, flex._x_column,
+              flex_masks_module._block_masks, flex_masks_module._outside_window, patterns.count_down,
+              patterns.later_queries, patterns._entry_weights, switch._counts)  # fmt: skip
+    for function in cached:
+        function.cache_clear()
+    flex_masks_module._last_tensor_masks = flex_masks_module._last_additive = None
+    yield
 
 
 @pytest.fixture
@@ -160,7 +192,8 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(blocks, "DEVICE_BLOCK_ELEMENTS", B * H * T * STEP)
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("path", PATHS + FLEX)
 def test_every_capture_path_follows_its_inputs_device_and_equals_float64_eager(path, small_blocks):
     """On CPU inputs under a meta default device, every tensor a path makes must follow `query.device` (one made
     without it would land on meta and the output with it); the numbers equal float64 eager attention. On meta
@@ -172,6 +205,8 @@ def test_every_capture_path_follows_its_inputs_device_and_equals_float64_eager(p
     for name, tensor in got.items():
         assert tensor.device.type == "cpu", name
         torch.testing.assert_close(tensor.double(), ref[name], rtol=1e-5, atol=1e-6, msg=f"{path}: {name}")
+    if path in FLEX:
+        return
     got_meta = _run_path(path, *(x.to("meta") for x in inputs))
     for name, tensor in got_meta.items():
         assert (tensor.device.type, tensor.shape) == ("meta", got[name].shape), name
