@@ -962,3 +962,64 @@ def test_write_tables_writes_every_table_a_claim_links(tmp_path):
     only_b = write_tables(tmp_path / "b", {"a": {}, "b": {"dense": evidence["b"]["dense"]}}, theory)
     assert only_b == ["dense.csv", "cost_theory.csv"]
     assert pd.read_csv(tmp_path / "b" / "dense.csv")["model"].tolist() == ["b", "b"]
+
+
+class _Drawn(Exception):
+    """Raised by the spy in place of drawing windows: the section's compute stops there."""
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_each_section_computes_on_the_windows_its_key_records(tmp_path, monkeypatch, quick):
+    # The key (checked against the stored stamps above) says which windows a section was computed on; its compute
+    # must draw exactly those: corpus, length, count and seed (the seed is how sink_query_section's windows are
+    # the ablation's). Certificates: the layers and controls the key records.
+    from types import SimpleNamespace
+
+    from sinkscope.corpus import windows as corpus_windows
+    from sinkscope.pipelines import head_selection
+    from sinkscope.reproduction import evidence
+
+    drawn = []
+
+    def windows(corpus, tokenizer, seq_len, n_windows, *, seed, **kwargs):
+        drawn.append((corpus, tokenizer, seq_len, n_windows, seed))
+        raise _Drawn
+
+    def certificates(lm, corpus, seq_len, n_windows, layers, n_control, seed):
+        drawn.append((corpus, seq_len, n_windows, layers, n_control, seed))
+        raise _Drawn
+
+    monkeypatch.setattr(corpus_windows, "windows", windows)
+    monkeypatch.setattr(evidence, "certificate_layers", certificates)
+    monkeypatch.setattr(
+        head_selection, "scores_from_run", lambda directory: pd.DataFrame({"score": [1.0] * 8})
+    )
+    monkeypatch.setattr(head_selection, "heads_by_score", lambda scores, selection, count: [(0, 0)])
+    config = stored_config(
+        seed=11,
+        smoothing_layer_stride=2,
+        windows=12,
+        anchor_windows=10,
+        ablation_windows=6,
+        certificate_windows=7,
+        quick=quick,
+    )  # every count distinct
+    lm = SimpleNamespace(tokenizer="the tokenizer", layers=[None] * 9)
+    checked = set()
+    for section in model_plan("m", config, tmp_path).in_order():
+        key = section.key
+        if key["section"] in ("cost-layers", "weights"):
+            continue
+        drawn.clear()
+        with pytest.raises(_Drawn):
+            section.compute(lm, tmp_path / "target")
+        if key["section"] == "certificates":
+            # middle layers of 9: l / 8 in [¼, ¾] → 2 … 6, every layer_stride-th
+            assert drawn == [(key["corpus"], key["seq_len"], key["windows"], [2, 4, 6], key["controls"], 11)]
+        else:
+            assert drawn == [(key["corpus"], "the tokenizer", key["seq_len"], key["windows"], 11)], (
+                section.label
+            )
+        checked.add(key["section"])
+    assert checked == {"analyze", "ablate", "sink-queries", "switch", "evidence", "certificates", "evict", "dense",
+                       "prevalence", "switch-assumptions"} | (set() if quick else {"ablate-sensitivity"})  # fmt: skip
