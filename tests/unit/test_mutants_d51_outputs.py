@@ -1023,3 +1023,30 @@ def test_each_section_computes_on_the_windows_its_key_records(tmp_path, monkeypa
         checked.add(key["section"])
     assert checked == {"analyze", "ablate", "sink-queries", "switch", "evidence", "certificates", "evict", "dense",
                        "prevalence", "switch-assumptions"} | (set() if quick else {"ablate-sensitivity"})  # fmt: skip
+
+
+def test_corpus_verdicts_order_corpus_and_the_no_smoothing_verdict():
+    # the setup of test_mutants_reproduction_more's oversmoothing test, without the smoothing columns, with routes
+    from types import SimpleNamespace
+
+    from sinkscope.reproduction.judge import corpus_verdicts
+
+    W, L, T, R = 8, 4, 16, 6  # R: five routes and the unexplained rest
+    arrays = {"nonpos": np.full((W, L), T - 1), "nonpos_control": np.zeros((W, L)), "drain": np.ones((W, L, 1)),
+              "hard_sink": np.zeros((W, 1, L, 2)), "mlp_like": np.zeros((W, 1, L))}  # fmt: skip
+    routes = np.zeros((W, 3, 3, R))
+    routes[:, 1, 1] = [4, 0, 2, 0, 0, 1]  # at δ, τ: per window, queries per route
+    routes[:, 0, 0] = 50  # other δ, τ: never read for the mean BOS mass
+    mass = np.tile([3.6, 0.0, 1.0, 0.0, 0.0, 0.1], (W, 1))  # summed BOS mass of those queries
+    switch = {"curve": np.ones((W, 3, 14, 4)), "routes": routes, "route_bos_mass": mass}
+    run = SimpleNamespace(heads=pd.DataFrame({"layer": [0, 1]}), meta={"config": {"tau": 0.1, "delta": 0.1}})
+    verdicts = corpus_verdicts("m", "c", run, arrays, switch, T, 1)
+    assert [v.claim for v in verdicts] == ["geometry", "oversmoothing", "switch", "switch_routes", "value_drain",
+                                           "mlp_like"]  # fmt: skip
+    assert {(v.model, v.corpus) for v in verdicts} == {("m", "c")}
+    smoothing = verdicts[1]
+    assert (smoothing.verdict, smoothing.reason, smoothing.evidence, smoothing.thresholds) == (
+        "not measurable here", "no smoothing columns", {}, {})  # fmt: skip
+    names = ["bos_sink", "cancellation", "bos_partial", "self_small_value", "low_norm_keys", "unexplained"]
+    means = dict(zip(names, [0.9, None, 0.5, None, None, 0.1]))  # 3.6 W / 4 W, 1 W / 2 W, 0.1 W / 1 W
+    assert verdicts[3].evidence["mean_bos_mass"] == pytest.approx(means)
