@@ -323,8 +323,10 @@ _ROWS = torch.tensor(
     [[1.0, 0, 0, 0], [0.9, 0.1, 0, 0], [0.89, 0.01, 0.1, 0], [0.2, 0.2, 0.2, 0.4]], dtype=torch.float64
 )
 # _ROWS: A[t,0] for t ≥ 1 is 0.9 (≥ 1 − 0.1), 0.89, 0.2 → 1/3; A[t,t−1] is 0.9, 0.01, 0.2.
-# _DIAG: A[t,t] for t ≥ 1 is 0.95, 0.9 → 1. _MASS: m_t for t ≥ 1 is 0.9, 0.89, 0.95, 0.1 → 2/4.
-_DIAG = torch.tensor([[1.0, 0, 0], [0.05, 0.95, 0], [0.02, 0.08, 0.9]], dtype=torch.float64)
+# _DIAG: A[t,t] for t ≥ 1 is 0.95, 0.85, 0.9 → 2/3. _MASS: m_t for t ≥ 1 is 0.9, 0.89, 0.95, 0.1 → 2/4.
+_DIAG = torch.tensor(
+    [[1.0, 0, 0, 0], [0.05, 0.95, 0, 0], [0.05, 0.1, 0.85, 0], [0.02, 0.03, 0.05, 0.9]], dtype=torch.float64
+)
 _MASS = torch.tensor([0.0, 0.9, 0.89, 0.95, 0.1], dtype=torch.float64)
 _SCORES = torch.tensor([0.3, 0.31, 0.29, 0.5])  # as (2, 2): column 0 never above 0.3, column 1 twice
 DEFAULTS = [
@@ -338,7 +340,7 @@ DEFAULTS = [
         "hard_diag_frac delta=0.1",
         lambda: hard_diag_frac(_DIAG),
         lambda: hard_diag_frac(_DIAG, delta=0.1),
-        1.0,
+        2 / 3,
     ),
     (
         "hard_learned_sink_frac delta=0.1",
