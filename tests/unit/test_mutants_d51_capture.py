@@ -213,6 +213,43 @@ def test_every_capture_path_follows_its_inputs_device_and_equals_float64_eager(p
         assert tensor.dtype == got[name].dtype, name
 
 
+def _flex_helpers(device: str) -> dict[str, torch.Tensor]:
+    weights, factors = flex._row_constants(4, device)
+    return {"weights": weights, "factors": factors, "kv_heads": flex._kv_heads(6, 2, device),
+            "row_keys": flex._row_keys(3, False, device), "centred_row_keys": flex._row_keys(3, True, device),
+            "x_column": flex._x_column(device), "outside_window": flex_masks_module._outside_window(4, 2, device)}  # fmt: skip
+
+
+def test_the_flex_paths_per_shape_tensors_are_made_on_the_device_asked_for():
+    """flex_attention refuses meta inputs, so the flex path's per-shape tensors (cached per device) are asked for
+    directly: on "meta" they are meta; on "cpu" under a meta default device they are CPU tensors of the values
+    worked out by hand (T = 4 or 3, H = 6 in groups of 2, window 2)."""
+    on_meta = _flex_helpers("meta")
+    with torch.device("meta"):
+        on_cpu = _flex_helpers("cpu")
+    factors = torch.ones(4, 3)
+    factors[0, 2] = 0.0  # row 0 has no previous key
+    outside = torch.zeros(4, 5, dtype=torch.bool)
+    outside[2:, 0] = True  # key 0 is outside the window of queries t ≥ 2
+    expected = {
+        "weights": torch.tensor(
+            [0.0, 1 / math.log(2), 1 / math.log(3), 1 / math.log(4)], dtype=torch.float64
+        ),
+        "factors": factors,
+        "kv_heads": torch.tensor([0, 0, 1, 1, 2, 2]),
+        "row_keys": torch.tensor([0, 0, 0, 0, 1, 0, 0, 2, 1]),  # k_0, k_t, k_{t-1} (k_0 at t = 0)
+        "centred_row_keys": torch.tensor(
+            [0, 0, 0, 6, 3, 0, 1, 0, 6, 4, 0, 2, 1, 6, 5]
+        ),  # then k̄ (row 2T), ō_t
+        "x_column": torch.tensor([False, False, False, True, False]),
+        "outside_window": outside,
+    }
+    for name, value in expected.items():
+        assert on_meta[name].device.type == "meta", name
+        assert on_cpu[name].device.type == "cpu", name
+        torch.testing.assert_close(on_cpu[name], value, msg=name)
+
+
 def _streaming_inputs(device: str) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(5)
     mass = torch.rand(B, H, 3, generator=generator, dtype=torch.float64)
