@@ -33,8 +33,8 @@ def regimes_verdict(model: str, inits: dict[str, tuple[dict, dict]] | None, reas
 
     verdict = judge("bigram_backcopy_regimes", model, {}, effects, decide, REGIMES, fractions=("bos_mass",),
                     over="seed means per cell (agreement over seeds in the evidence)", evidence=evidence)  # fmt: skip
-    if verdict.verdict == PARTLY:
-        holding = [init for init, (with_bos, _) in inits.items() if with_bos["bos_mass"] >= REGIMES["bos_mass"]]
+    holding = [init for init, (with_bos, _) in inits.items() if with_bos["bos_mass"] >= REGIMES["bos_mass"]]
+    if verdict.verdict == PARTLY and 0 < len(holding) < len(inits):  # partly by the inits, not by a threshold
         note = f"init-dependent: a sink with BOS at {', '.join(holding)} only"
         return replace(verdict, reason="; ".join(p for p in (note, verdict.reason) if p))
     return verdict
