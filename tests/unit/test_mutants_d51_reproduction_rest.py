@@ -299,7 +299,12 @@ def test_cells_by_init_by_hand():
     )
 
 
-def test_regime_runs_paths(tmp_path):
+def _never_train(*_args, **_kwargs):
+    raise AssertionError("a regime map was trained")
+
+
+def test_regime_runs_paths(tmp_path, monkeypatch):
+    monkeypatch.setattr("sinkscope.synthetic.regimes.run_regimes", _never_train)
     table = _cells_table()
     (tmp_path / "map").mkdir()
     table.to_parquet(tmp_path / "map" / "regime_cells.parquet")
@@ -308,7 +313,7 @@ def test_regime_runs_paths(tmp_path):
     assert read["inits"] == cells_by_init(table)
     off = regime_runs(ReproduceConfig(regimes=False), tmp_path / "out")
     assert off == {"reason": "the regime map was switched off (regimes=False)"}
-    quick = regime_runs(ReproduceConfig.preset(quick=True), tmp_path / "out")
+    quick = regime_runs(ReproduceConfig(quick=True), tmp_path / "out")
     assert quick == {"reason": QUICK_REASON}
     assert QUICK_REASON == (
         "--quick does not train the bigram-backcopy regime map (12 small models, minutes of CPU); "
@@ -318,7 +323,8 @@ def test_regime_runs_paths(tmp_path):
                                              "(`train-bb --grid regimes`): E")  # fmt: skip
 
 
-def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path):
+def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path, monkeypatch):
+    monkeypatch.setattr("sinkscope.synthetic.regimes.run_regimes", _never_train)
     from sinkscope.synthetic.regimes import QUICK_GRID
 
     directory = tmp_path / "regimes"
@@ -326,7 +332,7 @@ def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path):
     _cells_table().to_parquet(directory / "regime_cells.parquet")
     grid = json.loads(json.dumps(QUICK_GRID.__dict__, default=list))
     write_key(directory, {"section": "regimes", "grid": grid})
-    got = regime_runs(ReproduceConfig.preset(quick=True), tmp_path)
+    got = regime_runs(ReproduceConfig(quick=True), tmp_path)
     assert set(got) == {"inits", "cells", "grid"} and got["grid"] == grid
     assert got["inits"] == cells_by_init(_cells_table())
 
