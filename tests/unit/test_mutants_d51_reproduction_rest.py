@@ -259,6 +259,15 @@ def test_regimes_each_decision_with_whole_evidence():
     assert part.reason == "init-dependent: a sink with BOS at gpt2, mitchell only"
 
 
+def test_regimes_partly_by_inits_and_by_the_threshold_reads_both_in_order():
+    v = regimes_verdict(M, {"pytorch": (_cell(0.5), _cell(0.0)), "gpt2": (_cell(0.1), _cell(0.0))})
+    assert [r["verdict"] for r in v.sensitivity] == ["partly", "not supported"]
+    assert (v.verdict, v.reason) == (
+        "partly",
+        "init-dependent: a sink with BOS at pytorch only; depends on bos_mass (bos_mass: not supported at 0.667)",
+    )
+
+
 def test_regimes_bos_mass_boundary_counts_as_a_sink():
     v = regimes_verdict(M, {"pytorch": (_cell(0.5), _cell(0.0))})  # BOS mass = threshold exactly: a sink
     assert v.evidence["inits_with_sink"] == 1.0
