@@ -405,3 +405,44 @@ def test_nonpos_by_hand():
     _, control1 = _nonpos(h, torch.tensor([1]))  # h_r = (1, 1): t = 2 <0, t = 3 >0, t = 4 <0 → 2
     assert control1.tolist() == [2.0]
     assert math.isfinite(float(_nonpos(torch.zeros(1, 3, 2), torch.tensor([1]))[0][0]))
+
+
+def test_layer_switch_evidence_by_brute_force():
+    from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
+    from sinkscope.reproduction.switch_evidence import layer_switch_evidence
+
+    # B = 2, H = 2, T = 6; ‖v_j‖ = 1, so query t is off when ‖o_t‖ ≤ τ (dyadic values: the boundaries are exact)
+    B, H, T = 2, 2, 6
+    masses = torch.tensor([[[0.0, 1.0, 0.875, 0.75, 0.5, 0.25], [0.0, 0.5, 0.75, 0.0, 1.0, 0.875]],
+                           [[0.0, 0.25, 0.5, 0.875, 0.75, 1.0], [0.0, 1.0, 1.0, 0.5, 0.25, 0.75]]])  # fmt: skip
+    outs = torch.tensor([[[3.0, 0.0, 0.25, 0.5, 0.125, 2.0], [3.0, 0.25, 0.0, 0.75, 0.5, 1.0]],
+                         [[3.0, 0.5, 0.25, 0.0, 1.0, 0.125], [3.0, 2.0, 0.25, 0.5, 0.0, 0.25]]])  # fmt: skip
+    attn = torch.zeros(B, H, T, T)
+    attn[..., 0] = masses
+    for t in range(T):
+        attn[:, :, t, t] += 1 - masses[:, :, t]
+    values = torch.ones(B, H, T)
+    tau, delta = 0.5, 0.5
+    got = layer_switch_evidence(attn, values, outs, tau, delta)
+    for b in range(B):
+        for i, ds in enumerate(GRID):
+            sink = [[float(masses[b, h, t]) >= 1 - delta * ds for t in range(1, T)] for h in range(H)]
+            for k, tk in enumerate(TAU_CURVE):
+                off = [[float(outs[b, h, t]) <= tk for t in range(1, T)] for h in range(H)]
+                cells = [0, 0, 0, 0]
+                for h in range(H):
+                    for t in range(T - 1):
+                        cells[(0 if off[h][t] else 2) + (0 if sink[h][t] else 1)] += 1
+                assert got["curve"][b, i, k].tolist() == cells, (b, ds, tk)
+            for j, ts in enumerate(GRID):
+                off = [(h, t) for h in range(H) for t in range(1, T) if float(outs[b, h, t]) <= tau * ts]
+                routes = got["routes"][b, i, j]
+                assert float(routes.sum()) == len(off), (b, ds, ts)  # every off query in one route
+                hard = [(h, t) for h, t in off if float(masses[b, h, t]) >= 1 - delta * ds]
+                assert float(routes[0]) == len(hard), (b, ds, ts)  # the first route: the hard sink
+                if ds == 1.0 and ts == 1.0:
+                    assert got["routes_at"][b].tolist() == routes.tolist()
+                    assert float(got["bos_mass"][b, 0]) == sum(float(masses[b, h, t]) for h, t in hard)
+                    assert float(got["bos_mass"][b].sum()) == sum(float(masses[b, h, t]) for h, t in off)
+    assert got["curve"].shape == (B, len(GRID), len(TAU_CURVE), 4)
+    assert got["routes"].shape == got["routes"].shape[:3] + (6,) and got["bos_mass"].shape == (B, 6)
