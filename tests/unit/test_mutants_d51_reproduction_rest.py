@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
 import numpy as np
 import pandas as pd
@@ -404,7 +403,11 @@ def test_nonpos_by_hand():
     assert nonpos.tolist() == [3.0] and control.tolist() == [2.0]
     _, control1 = _nonpos(h, torch.tensor([1]))  # h_r = (1, 1): t = 2 <0, t = 3 >0, t = 4 <0 → 2
     assert control1.tolist() == [2.0]
-    assert math.isfinite(float(_nonpos(torch.zeros(1, 3, 2), torch.tensor([1]))[0][0]))
+    # a zero anchor h_r: cos taken as 0 (norm clamped), so every other t ≥ 1 counts
+    zero_r = h.clone()
+    zero_r[0, 2] = 0.0
+    _, control0 = _nonpos(zero_r, torch.tensor([2]))
+    assert control0.tolist() == [3.0]
 
 
 def test_layer_switch_evidence_by_brute_force():
