@@ -449,3 +449,85 @@ def test_layer_switch_evidence_by_brute_force():
                     assert float(got["bos_mass"][b].sum()) == sum(float(masses[b, h, t]) for h, t in off)
     assert got["curve"].shape == (B, len(GRID), len(TAU_CURVE), 4)
     assert got["routes"].shape == got["routes"].shape[:3] + (6,) and got["bos_mass"].shape == (B, 6)
+
+
+# ----------------------------------------------------------------------------------------------- run (wiring)
+
+
+class _V:
+    def __init__(self, claim: str, **given):
+        self.claim, self.given = claim, given
+
+    def to_dict(self) -> dict:
+        return {"claim": self.claim, **self.given}
+
+
+@pytest.mark.parametrize("trained_runs", [True, False])
+def test_reproduce_wires_every_step_in_order(tmp_path, monkeypatch, capsys, trained_runs):
+    import types
+
+    from sinkscope.reproduction.run import reproduce
+
+    calls: dict[str, list] = {"sources": [], "reports": []}
+    P = "sinkscope.reproduction."
+    monkeypatch.setattr(
+        "sinkscope.corpus.sources.check_source", lambda corpus: calls["sources"].append(corpus)
+    )
+    monkeypatch.setattr(P + "claim_texts.with_claim_text", lambda d: d | {"text": True})
+    monkeypatch.setattr(P + "cost_section.cost_theory", lambda config, out: ("theory", out))
+    boundary = {"geometry": "G", "vocabulary": "V", "cells": "B"}
+    monkeypatch.setattr(P + "experiment_sections.cost_regimes_theory", lambda config, out: boundary)
+    monkeypatch.setattr(P + "experiment_claims.cost_boundary_verdict", lambda **kw: _V("boundary", **kw))
+    monkeypatch.setattr(P + "experiment_claims.cost_boundary_trained_verdict",
+                        lambda runs, reason, seed: _V("trained", runs=runs, reason=reason, seed=seed))  # fmt: skip
+
+    def model_plan(name, config, out):
+        return types.SimpleNamespace(in_order=lambda: f"order-{name}", measurements=lambda read: f"m-{read}")
+
+    monkeypatch.setattr(P + "plan.model_plan", model_plan)
+    monkeypatch.setattr(P + "plan.model_opener", lambda name, config: f"opener-{name}")
+    monkeypatch.setattr(P + "plan.walk", lambda name, order, opener: types.SimpleNamespace(
+        read=f"{name}:{order}:{opener}", reused=[f"r-{name}"], seconds={"s": len(name)}))  # fmt: skip
+    monkeypatch.setattr(
+        P + "judge.judge_model", lambda name, config, m: ([_V(f"model-{name}", m=m)], f"t-{name}")
+    )
+    monkeypatch.setattr(
+        P + "judge.judge_theory", lambda theory, regimes: [_V("theory", regimes=regimes["inits"])]
+    )
+    regimes = {"inits": "I", "cells": "C", "grid": "g"}
+    monkeypatch.setattr(P + "regime_section.regime_runs", lambda config, out: regimes)
+    trained = {"runs": "R"} if trained_runs else {"reason": "no lab"}
+    monkeypatch.setattr(P + "experiment_sections.boundary_lab", lambda config, out: trained)
+    monkeypatch.setattr(P + "report.write_reports", lambda *args: calls["reports"].append(args))
+
+    config = ReproduceConfig(models=("a", "bb"), corpora=("builtin:code", "builtin:random"), seed=4)
+    out = tmp_path / "new" / "dir"
+    summary = reproduce(config, str(out))
+    assert out.is_dir()
+    # each corpus checked once, main corpora first, then the anchors
+    assert calls["sources"] == ["builtin:code", "builtin:random", "builtin:prose", "builtin:repeat"]
+    assert set(summary) == {"config", "verdicts", "seconds", "section_seconds", "reused", "regimes"}
+    assert summary["config"] == config.to_dict() and summary["seconds"] >= 0
+    assert summary["verdicts"] == [
+        {"claim": "theory", "regimes": "I", "text": True},
+        {"claim": "boundary", "geometry": "G", "vocabulary": "V", "cells": "B", "seed": 4, "text": True},
+        {"claim": "trained", "runs": "R" if trained_runs else None, "reason": "" if trained_runs else "no lab",
+         "seed": 4, "text": True},
+        {"claim": "model-a", "m": "m-a:order-a:opener-a", "text": True},
+        {"claim": "model-bb", "m": "m-bb:order-bb:opener-bb", "text": True},
+    ]  # fmt: skip
+    assert summary["reused"] == {"a": ["r-a"], "bb": ["r-bb"]}
+    assert summary["section_seconds"] == {"a": {"s": 1}, "bb": {"s": 2}}
+    assert summary["regimes"] == {"inits": "I", "grid": "g"}  # the cells table left out
+    (report,) = calls["reports"]
+    extra = {"cost_regimes": "G", "cost_regimes_vocabulary": "V"} | ({"cost_boundary_trained": "R"} if trained_runs
+                                                                     else {})  # fmt: skip
+    assert report == (out, summary, {"a": "t-a", "bb": "t-bb"}, ("theory", out), regimes, extra)
+    err = capsys.readouterr().err
+    for line in (
+        "model 1/2: a",
+        "model 2/2: bb",
+        "writing the report",
+        f"done in 0 s: {out / 'report.html'}",
+    ):
+        assert f"] {line}\n" in err, line
