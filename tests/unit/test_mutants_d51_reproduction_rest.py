@@ -332,7 +332,7 @@ def test_regime_runs_paths(tmp_path, monkeypatch):
                                              "(`train-bb --grid regimes`): E")  # fmt: skip
 
 
-def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path, monkeypatch):
+def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sinkscope.synthetic.regimes.run_regimes", _never_train)
     from sinkscope.synthetic.regimes import QUICK_GRID
 
@@ -344,6 +344,7 @@ def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path, monkeypatch):
     got = regime_runs(ReproduceConfig(quick=True), tmp_path)
     assert set(got) == {"inits", "cells", "grid"} and got["grid"] == grid
     assert got["inits"] == cells_by_init(_cells_table())
+    assert capsys.readouterr().err.endswith(f"] regimes: reusing {directory}\n")
 
 
 # ----------------------------------------------------------------------------------------------- cost section
@@ -532,3 +533,30 @@ def test_reproduce_wires_every_step_in_order(tmp_path, monkeypatch, capsys, trai
     ):
         assert f"] {line}\n" in err, line
     assert re.search(rf"\] done in \d+ s: {re.escape(str(out / 'report.html'))}\n", err)
+
+
+def test_progress_lines(tmp_path, capsys, monkeypatch):
+    from sinkscope.reproduction.cost_section import cost_theory
+    from sinkscope.reproduction.files import log
+
+    log("hello")
+    assert re.fullmatch(r"\[reproduce \d\d:\d\d:\d\d\] hello\n", capsys.readouterr().err)
+    config = ReproduceConfig(cost_exact_Ts=(2,))
+    cost_theory(config, tmp_path)
+    assert capsys.readouterr().err.endswith("] theory: cost closed forms and exact programs\n")
+    cost_theory(config, tmp_path)
+    assert capsys.readouterr().err.endswith(
+        f"] theory: cost closed forms: reusing {tmp_path / 'theory' / 'cost'}\n"
+    )
+    (tmp_path / "map").mkdir()
+    _cells_table().to_parquet(tmp_path / "map" / "regime_cells.parquet")
+    regime_runs(ReproduceConfig(regimes_from=str(tmp_path / "map")), tmp_path)
+    assert capsys.readouterr().err.endswith(f"] regimes: reading {tmp_path / 'map'}\n")
+    monkeypatch.setitem(
+        __import__("sys").modules, "sinkscope.synthetic.regimes", None
+    )  # the map not installed
+    got = regime_runs(ReproduceConfig(), tmp_path)
+    assert set(got) == {"reason"} and got["reason"].startswith(
+        "this installation has no bigram-backcopy regime map (`train-bb --grid regimes`): "
+    )
+    assert "sinkscope.synthetic.regimes" in got["reason"]
