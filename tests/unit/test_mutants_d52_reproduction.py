@@ -1,0 +1,129 @@
+"""Draw 52 (issue 34) in reproduction/: the switch-assumptions table and verdict read at the exact cut of
+`min_distance` (|z_0 − P z_0| / |z_0| = 0.05 holds, the next float below does not) with every column counted by
+hand, and the "done in N s" progress lines of `reproduce` and `plan.walk` read under a fake clock (the printed
+seconds are the clock's difference, not its sum)."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import numpy as np
+import pytest
+
+from sinkscope.reproduction.experiment_claims import ASSUMPTIONS, assumptions_table, assumptions_verdict
+from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
+
+CUT = ASSUMPTIONS["min_distance"]
+BELOW = float(np.nextafter(CUT, 0.0))
+
+
+def _assumption_arrays() -> dict[str, np.ndarray]:
+    """8 windows × 3 layers; T − 1 = 4 contexts, width 6 → full rank is 4. Layer 0: distance exactly at the cut
+    in every window; layer 1: the next float below; layer 2: 0.5 but rank 3 in windows 0-2."""
+    W, L = 8, 3
+    distance = np.empty((W, L))
+    distance[:, 0], distance[:, 1], distance[:, 2] = CUT, BELOW, 0.5
+    distance[5, 0] = 0.7  # a median and a min that differ
+    rank = np.full((W, L), 4)
+    rank[:3, 2] = 3
+    rng = np.random.default_rng(0)
+    curve = rng.integers(0, 5, size=(W, L, len(GRID), len(TAU_CURVE), 4)).astype(float)
+    return {
+        "distance": distance,
+        "rank": rank,
+        "curve": curve,
+        "n_contexts": np.int64(4),
+        "width": np.int64(6),
+    }
+
+
+def test_assumptions_table_at_the_min_distance_cut_column_by_column():
+    arrays = _assumption_arrays()
+    table = assumptions_table(arrays)
+    assert list(table.columns) == ["layer", "holds_frac", "rank_median", "span_distance_median",
+                                   "span_distance_min", "switched_off", "switched_off_sink"]  # fmt: skip
+    assert table["layer"].tolist() == [0, 1, 2]
+    # the cut itself holds, the float below does not, rank 3 < 4 fails whatever the distance
+    assert table["holds_frac"].tolist() == [1.0, 0.0, 5 / 8]
+    assert table["rank_median"].tolist() == [4.0, 4.0, 4.0]
+    assert table["span_distance_median"].tolist() == [CUT, BELOW, 0.5]
+    assert table["span_distance_min"].tolist() == [CUT, BELOW, 0.5]
+    i, k = GRID.index(1.0), TAU_CURVE.index(0.1)
+    for layer in range(3):
+        cells = [arrays["curve"][w, layer, i, k] for w in range(8)]
+        assert table["switched_off"][layer] == sum(c[0] + c[1] for c in cells)
+        assert table["switched_off_sink"][layer] == sum(c[0] for c in cells)
+
+
+def test_assumptions_verdict_counts_the_cut_as_holding():
+    arrays = _assumption_arrays()
+    verdict = assumptions_verdict("m", arrays)
+    assert verdict.evidence["cells_hold_share"] == pytest.approx((8 + 0 + 5) / 24)
+    # the pooled counts over the holding cells (δ × 1): layer 0 whole, layer 2 windows 3-7
+    i = GRID.index(1.0)
+    pooled = arrays["curve"][:, 0, i].sum(0) + arrays["curve"][3:, 2, i].sum(0)  # (τ, 4)
+    off_sink, off_nosink, on_sink = pooled[:, 0], pooled[:, 1], pooled[:, 2]
+    smaller = np.minimum(off_sink / (off_sink + off_nosink), off_sink / (off_sink + on_sink))
+    assert verdict.evidence["best_min_conditional_where_hold"] == pytest.approx(float(np.nanmax(smaller)))
+    failing = arrays["curve"][:, 1, i, TAU_CURVE.index(0.1), :2].sum() + arrays["curve"][:3, 2, i,
+                                                                                          TAU_CURVE.index(0.1), :2].sum()  # fmt: skip
+    assert verdict.evidence["switched_off_where_fail"] == pytest.approx(float(failing))
+
+
+class _Clock:
+    """perf_counter stand-in: returns the given times in order."""
+
+    def __init__(self, *times: float):
+        self.times = list(times)
+
+    def perf_counter(self) -> float:
+        return self.times.pop(0)
+
+
+def test_reproduce_prints_the_clock_difference(tmp_path, monkeypatch, capsys):
+    from sinkscope.reproduction import run
+    from sinkscope.reproduction.config import ReproduceConfig
+
+    P = "sinkscope.reproduction."
+    monkeypatch.setattr("sinkscope.corpus.sources.check_source", lambda corpus: None)
+    monkeypatch.setattr(P + "claim_texts.with_claim_text", lambda d: d)
+    monkeypatch.setattr(P + "cost_section.cost_theory", lambda config, out: None)
+    monkeypatch.setattr(P + "experiment_sections.cost_regimes_theory",
+                        lambda config, out: {"geometry": None, "vocabulary": None, "cells": None})  # fmt: skip
+    verdict = types.SimpleNamespace(to_dict=lambda: {})
+    monkeypatch.setattr(P + "experiment_claims.cost_boundary_verdict", lambda **kw: verdict)
+    monkeypatch.setattr(P + "experiment_claims.cost_boundary_trained_verdict", lambda *a, **kw: verdict)
+    monkeypatch.setattr(P + "regime_section.regime_runs", lambda config, out: {"inits": None})
+    monkeypatch.setattr(P + "experiment_sections.boundary_lab", lambda config, out: {"reason": "none"})
+    monkeypatch.setattr(P + "judge.judge_theory", lambda theory, regimes: [])
+    monkeypatch.setattr(P + "report.write_reports", lambda *args: None)
+    plan = types.SimpleNamespace(in_order=lambda: [], measurements=lambda read: None)
+    monkeypatch.setattr(P + "plan.model_plan", lambda name, config, out: plan)
+    monkeypatch.setattr(P + "plan.model_opener", lambda name, config: None)
+    monkeypatch.setattr(P + "plan.walk", lambda *a: types.SimpleNamespace(read={}, reused=[], seconds={}))
+    monkeypatch.setattr(P + "judge.judge_model", lambda name, config, m: ([], {}))
+    clock = _Clock(1000.0, 1003.25, 1012.4)  # start; the summary's seconds; the final line
+    monkeypatch.setattr(run, "time", clock)
+    summary = run.reproduce(ReproduceConfig(models=("a",)), str(tmp_path))
+    assert summary["seconds"] == pytest.approx(3.25) and not clock.times
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(rf"\[reproduce \d\d:\d\d:\d\d\] done in 12 s: {re.escape(str(tmp_path / 'report.html'))}",
+                        last)  # fmt: skip
+
+
+def test_walk_prints_and_keeps_each_computed_sections_clock_difference(tmp_path, monkeypatch, capsys):
+    from sinkscope.reproduction import plan
+
+    computed = []
+    sections = [types.SimpleNamespace(label=label, directory=tmp_path / label, key={"k": label},
+                                      compute=lambda lm, d: (d.mkdir(), computed.append(d.name)),
+                                      load=lambda d: d.name) for label in ("one", "two")]  # fmt: skip
+    clock = _Clock(50.0, 57.6, 100.0, 100.4)
+    monkeypatch.setattr(plan, "time", clock)
+    walked = plan.walk("m", sections, lambda: "lm")
+    assert computed == ["one", "two"] and not clock.times
+    assert walked.seconds == pytest.approx({"one": 7.6, "two": 0.4})
+    err = capsys.readouterr().err
+    assert re.search(r"\] m: one: done in 8 s\n", err) and re.search(r"\] m: two: done in 0 s\n", err)
+    assert "] m: one: computing\n" in err and "] m: two: computing\n" in err
