@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -112,3 +113,37 @@ def test_every_column_of_every_analysis_table_is_documented_as_spelled(lm, ids):
     names = documented_names()
     missing = {name: [c for c in table.columns if c not in names] for name, table in tables.items()}
     assert not any(missing.values()), missing
+
+
+def test_every_statistic_merged_from_three_uneven_ranks_equals_one_pass(lm, ids):
+    """Every statistic of an analysis (`--smoothing` included): three "ranks" of 3, 2 and 2 windows (shards of
+    world 3), fed in batches of unequal size (each part's own shifts, samples and key rows), the last restored from
+    its state_dict, merged in the order 2, 0, 1: the tables equal one feed over all windows."""
+    config = AnalyzeConfig(geometry_cap=20, epsilons=(0.5,))
+
+    def sharded(rank: int, world: int, sizes: list[int]) -> Feed:
+        mine = ids[rank::world]
+        feed = Feed(
+            statistics_for(lm, T, config, smoothing=True), T, lm.layout.group, config.delta, (rank, world)
+        )
+        with torch.no_grad(), feed.hooks(lm):
+            for batch in mine.split(sizes):
+                feed.begin_batch(batch)
+                lm.base(input_ids=batch, use_cache=False)
+                feed.end_batch(len(batch))
+        return feed
+
+    def tables(feed: Feed) -> list:
+        heads, layers, positions, extra = joined(s.compute(WINDOWS) for s in feed.statistics)
+        return [heads, layers, positions, *(extra[k] for k in sorted(extra))]
+
+    whole = sharded(0, 1, [4, 3])
+    parts = [sharded(0, 3, [1, 2]), sharded(1, 3, [2]), sharded(2, 3, [1, 1])]
+    restored = Feed(statistics_for(lm, T, config, smoothing=True), T, lm.layout.group, config.delta, (2, 3))
+    restored.load_state_dict(parts[2].state_dict())
+    target = restored
+    for other in (parts[0], parts[1]):
+        for mine, theirs in zip(target.statistics, other.statistics, strict=True):
+            mine.merge(theirs)
+    for expected, got in zip(tables(whole), tables(target), strict=True):
+        pd.testing.assert_frame_equal(expected, got, rtol=1e-5, atol=1e-7)
