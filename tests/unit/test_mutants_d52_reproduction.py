@@ -9,6 +9,7 @@ import re
 import types
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from sinkscope.reproduction.experiment_claims import ASSUMPTIONS, assumptions_table, assumptions_verdict
@@ -127,3 +128,32 @@ def test_walk_prints_and_keeps_each_computed_sections_clock_difference(tmp_path,
     err = capsys.readouterr().err
     assert re.search(r"\] m: one: done in 8 s\n", err) and re.search(r"\] m: two: done in 0 s\n", err)
     assert "] m: one: computing\n" in err and "] m: two: computing\n" in err
+
+
+def test_judge_theory_fits_the_exponent_from_t_64_on():
+    from sinkscope.reproduction.judge import judge_theory
+
+    costs = {32: 5.0, 64: 5000.0, 128: 128.0**2, 256: 256.0**2}  # off the T² line at 32 and at 64
+    rows = [{"norm": "nuclear", "T": T, "pattern": p, "closed_form": c, "exact": np.nan}
+            for T, c in costs.items() for p in ("sink", "diagonal")]  # fmt: skip
+    rows.append({"norm": "frobenius", "T": 128, "pattern": "sink", "closed_form": 1.0, "exact": np.nan})
+    closed, _ = judge_theory(pd.DataFrame(rows), {})
+    x, y = np.log([64.0, 128.0, 256.0]), np.log([5000.0, 128.0**2, 256.0**2])
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()  # least squares by hand
+    assert closed.evidence["sink_exponent"] == pytest.approx(slope)
+    assert closed.evidence["diagonal_exponent"] == pytest.approx(slope)
+
+
+def test_cost_layers_a_tie_is_not_a_sink_win():
+    from sinkscope.reproduction.judge import cost_layers_verdict
+
+    inf, nan = np.inf, np.nan
+    per_layer = [(1.0, 1.0), (1.0, 2.0), (1.0, 0.5), (1.0, inf), (inf, 1.0), (nan, nan)]  # (sink, diagonal)
+    rows = [{"T": T, "window": w, "layer": layer, "pattern": pattern, "cost": cost}
+            for w in range(8) for T in (4, 8) for layer, pair in enumerate(per_layer)
+            for pattern, cost in zip(("sink", "diagonal"), pair)]  # fmt: skip
+    verdict = cost_layers_verdict("m", "c", pd.DataFrame(rows), 0)
+    # wins: layer 1 (cheaper) and 3 (the diagonal infeasible); the tie, 2 and 4 lose; layer 5 is left out
+    assert verdict.evidence["sink_cheaper_frac"] == pytest.approx(2 / 5)
+    assert verdict.evidence["sink_cheaper_frac_T4"] == pytest.approx(2 / 5)
+    assert verdict.evidence["pairs"] == 8 * 2 * 5
