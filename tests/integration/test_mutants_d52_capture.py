@@ -147,3 +147,25 @@ def test_every_statistic_merged_from_three_uneven_ranks_equals_one_pass(lm, ids)
             mine.merge(theirs)
     for expected, got in zip(tables(whole), tables(target), strict=True):
         pd.testing.assert_frame_equal(expected, got, rtol=1e-5, atol=1e-7)
+
+
+def test_a_feeds_all_reduce_on_one_rank_keeps_its_window_count_and_tables(lm, ids, tmp_path):
+    """`Feed.all_reduce` (the end of a `torch.distributed` run) on a one-rank gloo group: the merge of the one
+    rank's state is that state, so the window count stays 3 (the count travels as its own float64 sum) and every
+    table equals the one computed before the reduction."""
+    import torch.distributed as dist
+
+    config = AnalyzeConfig(geometry_cap=20, epsilons=(0.5,))
+    feed = fed(lm, statistics_for(lm, T, config, smoothing=True), [ids[:2], ids[2:3]])
+    before = joined(s.compute(3) for s in feed.statistics)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        feed.all_reduce()
+    finally:
+        dist.destroy_process_group()
+    assert feed.windows == 3
+    after = joined(s.compute(3) for s in feed.statistics)
+    for expected, got in zip(
+        [*before[:3], *before[3].values()], [*after[:3], *after[3].values()], strict=True
+    ):
+        pd.testing.assert_frame_equal(expected, got)
