@@ -290,3 +290,91 @@ def test_fixed_limits_hold_on_data_inside_them(build, ylim):
     fig = build()
     for ax in fig.axes:
         assert ax.get_ylim() == pytest.approx(ylim)
+
+
+@pytest.mark.parametrize("q_start", [0, 1])
+def test_pattern_and_switch_block_sums_per_head_by_loops(q_start):
+    """`pattern_block_sums` (B, H, Q, K) → (H,) sums (sink over every t, the rest over t ≥ 1), per-window
+    columns and diagonal; `switch_block_sums` with a leading layer axis (L, B, H, Q) → (L, H); `exceed_counts`
+    over the windows' axis — each entry by loops, B, H, Q, K, L all distinct."""
+    g = torch.Generator().manual_seed(20 + q_start)
+    Q, delta, tau, L = 3, 0.1, 0.6, 4
+    K = q_start + Q + 1  # one key past the last query: causally masked
+    logits = torch.randn(B, H, Q, K, generator=g, dtype=torch.float64)
+    for i in range(Q):
+        logits[:, :, i, q_start + i + 1 :] = -math.inf
+    boost = torch.randint(0, 3, (B, H, Q), generator=g)
+    for b in range(B):
+        for h in range(H):
+            for i in range(Q):
+                if boost[b, h, i]:
+                    logits[b, h, i, 0 if boost[b, h, i] == 1 else q_start + i] += 9.0
+    p = logits.softmax(-1)
+    sums, hs, hd = patterns.pattern_block_sums(p, q_start, delta)
+    cells = [(b, i, q_start + i) for b in range(B) for i in range(Q)]
+    later = [(b, i, t) for b, i, t in cells if t >= 1]
+
+    def ent(b, h, i):
+        return -sum(v * math.log(v) for v in p[b, h, i].tolist() if v > 0)
+
+    want = {
+        "sink": [sum(p[b, h, i, 0].item() for b, i, _ in cells) for h in range(H)],
+        "diag": [sum(p[b, h, i, t].item() for b, i, t in later) for h in range(H)],
+        "prev": [sum(p[b, h, i, t - 1].item() for b, i, t in later) for h in range(H)],
+        "hard_sink": [sum(p[b, h, i, 0].item() >= 1 - delta for b, i, _ in later) for h in range(H)],
+        "hard_diag": [sum(p[b, h, i, t].item() >= 1 - delta for b, i, t in later) for h in range(H)],
+        "entropy": [sum(ent(b, h, i) / math.log(t + 1) for b, i, t in later) for h in range(H)],
+        "row_total": [float(B * Q)] * H,
+        "upper_mass": [0.0] * H,
+    }
+    for key, values in want.items():
+        torch.testing.assert_close(sums[key], torch.tensor(values, dtype=torch.float64), msg=key)
+    col = [
+        [[sum(p[b, h, i, k].item() for i in range(Q)) for k in range(K)] for h in range(H)] for b in range(B)
+    ]
+    torch.testing.assert_close(sums["columns"], torch.tensor(col, dtype=torch.float64))
+    torch.testing.assert_close(
+        sums["diagonal"],
+        torch.tensor(
+            [[[p[b, h, i, q_start + i].item() for i in range(Q)] for h in range(H)] for b in range(B)],
+            dtype=torch.float64,
+        ),
+    )
+    for b, i, t in cells:
+        for h in range(H):
+            assert bool(hs[b, h, i]) == (t >= 1 and p[b, h, i, 0].item() >= 1 - delta)
+            assert bool(hd[b, h, i]) == (t >= 1 and p[b, h, i, t].item() >= 1 - delta)
+
+    out = torch.rand(L, B, H, Q, generator=g, dtype=torch.float64)
+    vn = torch.rand(L, B, H, K, generator=g, dtype=torch.float64) + 0.3
+    sink = torch.rand(L, B, H, Q, generator=g) > 0.5
+    got = switch.switch_block_sums(out, vn, sink, q_start, tau)
+
+    def off(layer, b, h, i):
+        t = q_start + i
+        return out[layer, b, h, i].item() <= tau * vn[layer, b, h, : t + 1].mean().item()
+
+    def count(rule):
+        return torch.tensor([[sum(rule(layer, b, h, i) for b, i, t in later) for h in range(H)] for layer in range(L)],
+                            dtype=torch.float64)  # fmt: skip
+
+    s = lambda layer, b, h, i: bool(sink[layer, b, h, i])  # noqa: E731
+    torch.testing.assert_close(got["n_off_sink"], count(lambda *c: off(*c) and s(*c)))
+    torch.testing.assert_close(got["n_off_nosink"], count(lambda *c: off(*c) and not s(*c)))
+    torch.testing.assert_close(got["n_on_sink"], count(lambda *c: not off(*c) and s(*c)))
+    torch.testing.assert_close(got["n_on_nosink"], count(lambda *c: not off(*c) and not s(*c)))
+    torch.testing.assert_close(
+        got["ahon"],
+        torch.tensor(
+            [[sum(out[layer, b, h, i].item() for b, i, _ in cells) for h in range(H)] for layer in range(L)],
+            dtype=torch.float64,
+        ),  # fmt: skip
+    )
+
+    scores = torch.rand(L, B, H, generator=g)  # windows on axis 1 (dim=1) here
+    eps = torch.tensor([0.2, 0.5])
+    for dim in (1, -2):
+        got_counts = patterns.exceed_counts(scores, eps, dim=dim)
+        want_counts = [[[sum(scores[layer, w, h].item() > e for w in range(B)) for h in range(H)] for layer in range(L)]
+                       for e in (0.2, 0.5)]  # fmt: skip
+        torch.testing.assert_close(got_counts, torch.tensor(want_counts, dtype=torch.float64))
