@@ -298,7 +298,7 @@ def test_pattern_and_switch_block_sums_per_head_by_loops(q_start):
     columns and diagonal; `switch_block_sums` with a leading layer axis (L, B, H, Q) → (L, H); `exceed_counts`
     over the windows' axis — each entry by loops, B, H, Q, K, L all distinct."""
     g = torch.Generator().manual_seed(20 + q_start)
-    Q, delta, tau, L = 3, 0.1, 0.6, 4
+    Q, delta, tau, L = 4, 0.1, 0.6, 7
     K = q_start + Q + 1  # one key past the last query: causally masked
     logits = torch.randn(B, H, Q, K, generator=g, dtype=torch.float64)
     for i in range(Q):
@@ -339,6 +339,13 @@ def test_pattern_and_switch_block_sums_per_head_by_loops(q_start):
             [[[p[b, h, i, q_start + i].item() for i in range(Q)] for h in range(H)] for b in range(B)],
             dtype=torch.float64,
         ),
+    )
+    # mass above the diagonal (a non-causal block), in one head of one window: upper_mass names that head
+    leak = p.clone()
+    leak[1, 2, 0, q_start + 1] = 0.25
+    torch.testing.assert_close(
+        patterns.pattern_block_sums(leak, q_start, delta)[0]["upper_mass"],
+        torch.tensor([0.0, 0.0, 0.25], dtype=torch.float64),
     )
     for b, i, t in cells:
         for h in range(H):
