@@ -315,33 +315,29 @@ def _xy(line) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
 
 
-def hlines(ax) -> list[float]:
-    """The y of every horizontal reference line (`axhline`: x from 0 to 1 in axes coordinates)."""
+def _reference_lines(ax, vertical: bool) -> list[float]:
+    """The position of every reference line (`axhline`/`axvline`: spanning 0 to 1 in axes coordinates)."""
+    transform = ax.get_xaxis_transform() if vertical else ax.get_yaxis_transform()
     out = []
     for line in ax.get_lines():
         x, y = _xy(line)
+        along, at = (y, x) if vertical else (x, y)
         if (
-            x.size == 2
-            and list(x) == [0.0, 1.0]
-            and y[0] == y[1]
-            and line.get_transform() == ax.get_yaxis_transform()
+            along.size == 2
+            and list(along) == [0.0, 1.0]
+            and at[0] == at[1]
+            and line.get_transform() == transform
         ):
-            out.append(float(y[0]))
+            out.append(float(at[0]))
     return out
+
+
+def hlines(ax) -> list[float]:
+    return _reference_lines(ax, vertical=False)
 
 
 def vlines(ax) -> list[float]:
-    out = []
-    for line in ax.get_lines():
-        x, y = _xy(line)
-        if (
-            y.size == 2
-            and list(y) == [0.0, 1.0]
-            and x[0] == x[1]
-            and line.get_transform() == ax.get_xaxis_transform()
-        ):
-            out.append(float(x[0]))
-    return out
+    return _reference_lines(ax, vertical=True)
 
 
 def labelled(ax) -> dict[str, tuple[np.ndarray, np.ndarray]]:
