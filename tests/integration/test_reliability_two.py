@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -505,7 +506,7 @@ def test_damaged_model_directories_are_one_line(tiny, tmp_path, capsys):
     cases = {
         "truncated weights": (damaged("t", lambda d: (d / "model.safetensors").write_bytes(weights[:300])),
                               "safetensors weights are truncated or damaged"),
-        "garbage weights": (damaged("g", lambda d: (d / "model.safetensors").write_bytes(os.urandom(1000))),
+        "garbage weights": (damaged("g", lambda d: (d / "model.safetensors").write_bytes(random.Random(1).randbytes(1000))),
                             "safetensors weights are truncated or damaged"),
         "no heads": (damaged("h", lambda d: (d / "config.json").write_text(
             json.dumps({**config, "num_attention_heads": 0}))), "gives num_attention_heads 0; it must be a positive"),
@@ -540,7 +541,7 @@ def test_a_full_disk_during_report_keeps_the_runs_figures(tiny, tmp_path, capsys
         assert main(analyze_args(tiny, "--out", str(out), "--max-windows", "2")) == 0
     (out / "figures").mkdir()
     for name in ("head_scores.png", "sink_rate_by_layer.png", "head_scores.svg"):
-        (out / "figures" / name).write_bytes(os.urandom(64))
+        (out / "figures" / name).write_bytes(random.Random(name).randbytes(64))
     before = snapshot(out)
     real_write = Path.write_bytes
 
