@@ -11,12 +11,19 @@ Threads). `choose_threads` picks, without importing torch:
 so a quiet 2-core machine gets 2 threads and one with a busy process per core gets 1; under torchrun the ranks of
 one machine (`LOCAL_WORLD_SIZE`) share it: `auto // ranks`, at least 1. `OMP_NUM_THREADS`, when set, wins over the
 estimate (torch reads it too).
+
+The CLI chooses once per process and `pin`s the choice; the Python API (`sinkscope.analyze(..., threads="auto")`)
+chooses the same way for each call through `threads_for_call`, unless the CLI pinned a choice or the caller passes
+`threads=N` (that count) or `threads=None` (torch's count left as the caller set it), and gives torch's previous
+count back when the call ends.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +92,45 @@ def choose_threads(requested: int | str | None = None, omp: str | None = None) -
         f"auto: this process may use {cpus} CPU{'s' if cpus != 1 else ''}, which carry a load of {load:.1f}"
         f"{shared}; --threads N to choose",
     )
+
+
+_pinned: ThreadChoice | None = None  # the CLI's choice for the whole process (`pin`)
+
+
+def pin(choice: ThreadChoice | None) -> None:
+    """Record the thread choice a command applied for the whole process, so that the API calls it makes keep it
+    (None: forget it)."""
+    global _pinned
+    _pinned = choice
+
+
+@contextmanager
+def threads_for_call(requested: int | str | None = "auto") -> Iterator[ThreadChoice]:
+    """torch's CPU thread count for one API call: `requested` threads (an int), or with "auto" the CLI's pinned
+    choice where a command made one, else `choose_threads()` (the module doc's estimate from the load), or with None
+    the count torch has now (the caller set it). The count torch had before is restored when the call ends; the
+    choice yielded is what the result's provenance records (`timings.threads`, `timings.threads_chosen`)."""
+    import torch
+
+    if requested is None:
+        yield ThreadChoice(torch.get_num_threads(), "threads=None: torch's count as the caller left it")
+        return
+    if isinstance(requested, bool) or not (requested == "auto" or isinstance(requested, int)) or (
+        isinstance(requested, int) and requested < 1
+    ):
+        from sinkscope.errors import SinkscopeError
+
+        raise SinkscopeError(f"threads={requested!r} must be 'auto', None or a whole number of 1 or more")
+    if isinstance(requested, int):
+        choice = ThreadChoice(requested, f"threads={requested}")
+    else:
+        choice = _pinned if _pinned is not None else choose_threads()
+    before = torch.get_num_threads()
+    torch.set_num_threads(choice.threads)
+    try:
+        yield choice
+    finally:
+        torch.set_num_threads(before)
 
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # numpy's and scipy's BLAS read them when first loaded

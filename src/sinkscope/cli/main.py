@@ -14,7 +14,7 @@ import threading
 
 from sinkscope.cli.options import apply_threads
 from sinkscope.errors import SinkscopeError
-from sinkscope.threads import choose_threads, limit_blas_threads
+from sinkscope.threads import choose_threads, limit_blas_threads, pin
 
 # Module names under sinkscope.cli, in the order `--help` lists them.
 SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce",
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             args.thread_choice = choose_threads(args.threads)
             limit_blas_threads(args.thread_choice.threads)  # numpy is not imported yet: its BLAS reads this
             apply_threads(args.thread_choice.threads)
+            pin(args.thread_choice)  # the API calls the command makes keep this choice
         return int(args.func(args) or 0)
     except SinkscopeError as err:
         print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sinkscope {args.command}: interrupted{how}" + (f"; {err}" if str(err) else ""), file=sys.stderr)
         return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     finally:
+        pin(None)  # main() called again in this process (tests, notebooks) chooses afresh
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
 

@@ -41,6 +41,7 @@ from sinkscope.statistics.statistic import Statistic, Tables
 from sinkscope.statistics.switch_counts import SwitchCounts
 from sinkscope.statistics.window_sink_rate import WindowSinkRate
 from sinkscope.statistics.window_summary import WindowSummary
+from sinkscope.threads import threads_for_call
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ def analyze(
     checkpoint_every: int = 0,
     resume: bool = False,
     smoothing: bool | Sequence[int] = False,
+    threads: int | str | None = "auto",
 ) -> Run:
     """Per-head and per-layer statistics of a model on a corpus (SPEC §2–§4, §8), streamed over windows.
 
@@ -123,7 +125,29 @@ def analyze(
     result (`checkpoint.remove_checkpoint`), so a full disk or an interrupt while saving loses no work. `smoothing` (True, or
     the layers to measure) adds the SPEC §5 tables (`SmoothingCurves`) to the same forward passes; like every
     statistic, it is checkpointed and all-reduced. `windows` is only read, never modified.
+    `threads`: torch's CPU threads for the call, chosen like the CLI's `--threads` (`sinkscope.threads.threads_for_call`:
+    "auto" picks from the machine's load unless a command chose already, N sets N, None leaves torch's count); the
+    count and why are in `meta["timings"]` (`threads`, `threads_chosen`), and torch's own count is restored after.
     """
+    with threads_for_call(threads) as choice:
+        run = _analyze(lm, windows, config, progress=progress, checkpoint_dir=checkpoint_dir,
+                       checkpoint_every=checkpoint_every, resume=resume, smoothing=smoothing)  # fmt: skip
+    run.meta["timings"]["threads_chosen"] = choice.reason
+    return run
+
+
+def _analyze(
+    lm: LoadedModel,
+    windows: Windows | TokenWindows,
+    config: AnalyzeConfig | None,
+    *,
+    progress: bool,
+    checkpoint_dir: str | Path | None,
+    checkpoint_every: int,
+    resume: bool,
+    smoothing: bool | Sequence[int],
+) -> Run:
+    """`analyze`'s pass, under the thread count the caller's `threads` chose."""
     from tqdm.auto import tqdm
 
     asked = config = config or AnalyzeConfig()
