@@ -86,3 +86,17 @@ def finalize_switch(sums: dict[str, Tensor], windows: int, seq_len: int) -> dict
         "switch_off_frac": n_off / (windows * (seq_len - 1)),
         "switch_agreement": torch.where(n_off > 0, sums["n_off_sink"] / n_off.clamp_min(1), torch.nan),
     }
+
+
+def context_value_spectrum(values: Tensor) -> Tensor:
+    """Singular values, largest first, of each head's context values v_1..v_{T−1}, in float64: (..., T, dh) →
+    (..., min(T − 1, dh)). The theorem's switch ⇒ sink needs the context values linearly independent (then
+    `Σ_{j≥1} A[t,j] v_j = 0` forces every context weight to 0): all T − 1 of them above the rank tolerance, which
+    needs T − 1 ≤ dh (docs/theory/geometry.md, The hard switch)."""
+    return torch.linalg.svdvals(values[..., 1:, :].double())
+
+
+def numerical_rank(spectrum: Tensor, rtol: float) -> Tensor:
+    """The number of singular values above `rtol` × the largest (0 where all vanish): (..., k) → (...) int64."""
+    return (spectrum > rtol * spectrum[..., :1]).sum(-1) * (spectrum[..., 0] > 0)
+

@@ -30,6 +30,10 @@ class ReproduceConfig:
     window, every `cost_layer_stride`-th layer; a T = 32 program takes ~30 s on a loaded CPU). cost_exact_Ts: T of the exact programs checked against the
     closed forms. regimes: train the bigram-backcopy regime map (`train-bb --grid regimes`, its quick grid);
     regimes_from: read a regime map that `sinkscope train-bb --grid regimes --out DIR` already wrote instead.
+    switch_tau, switch_drain_max: the per-head switch claim's τ (switched off: ‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖) and
+    its drain cut (a head's BOS value drains in a window when ‖v_0‖ / mean_{j≥1} ‖v_j‖ ≤ the cut), fixed here
+    before any data are read; the cut equals τ because a sink query's output is ≈ v_0, below the switch limit
+    only when v_0 is (both halved and doubled in the sensitivity).
     """
 
     models: tuple[str, ...] = ("smollm2-135m", "gemma3-270m")
@@ -52,6 +56,8 @@ class ReproduceConfig:
     cost_exact_Ts: tuple[int, ...] = (2, 4, 8, 16)
     regimes: bool = True
     regimes_from: str | None = None
+    switch_tau: float = 0.1
+    switch_drain_max: float = 0.1
     quick: bool = False
     seed: int = 0
     device: str = "cpu"
@@ -69,6 +75,9 @@ class ReproduceConfig:
                      "certificate_controls"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise SinkscopeError(f"{name} {getattr(self, name)} must be at least 1")
+        if not (0 < self.switch_tau < 1 and self.switch_drain_max > 0):
+            raise SinkscopeError(f"switch_tau {self.switch_tau} must lie in (0, 1) and switch_drain_max "
+                                 f"{self.switch_drain_max} above 0")  # fmt: skip
         if not 0 < self.ablation_fraction <= 1:
             raise SinkscopeError(f"ablation_fraction {self.ablation_fraction} must lie in (0, 1]")
         if self.regimes_from is not None and not (Path(self.regimes_from) / "regime_cells.parquet").is_file():

@@ -7,8 +7,8 @@
   real forward pass raises the mean pairwise cosine of the residual leaving the layer;
 - `prevalence` (windows): the share of sink heads against the share of diagonal heads, each head classified in
   each window;
-- `switch_assumptions` (windows): the `switch` effect (the best τ's smaller conditional) restricted to the
-  (layer, window) cells where the theorem's assumptions hold (full-rank contexts, BOS off their span);
+- `switch_assumptions` (windows): the theorem's assumption in each head's value space, where it can fail
+  (`reproduction.switch_assumption_claims`);
 - `cost_boundary` (random embedding draws, within their (T, rank) cell): the share of draws where the closed-form
   boundary (Wendel's P(H1) < ½ → diagonal, r ≥ T + 1 → sink) names the exact winner, beside the vocabulary-level
   closed forms against the exact programs;
@@ -28,7 +28,11 @@ import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.minima import MIN_DRAWS, MIN_HEADS, MIN_RUNS, MIN_WINDOWS
-from sinkscope.reproduction.switch_claims import GRID, SWITCH, TAU_CURVE, switch_curves
+from sinkscope.reproduction.switch_assumption_claims import (
+    ASSUMPTIONS,
+    assumptions_table,
+    assumptions_verdict,
+)
 from sinkscope.reproduction.verdicts import (
     NOT_MEASURABLE,
     NOT_SUPPORTED,
@@ -43,7 +47,6 @@ from sinkscope.reproduction.verdicts import (
 SINK_IN_USE = {"recovered_min": 0.5, "control_max": 0.5, "partly_min": 0.2}
 DENSE_CAUSAL = {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
 PREVALENCE = {"ratio_min": 2.0, "sink_min": 0.2}
-ASSUMPTIONS = SWITCH | {"min_distance": 0.05}
 COST_BOUNDARY = {"miss_tol": 0.1, "partly_min": 0.5}
 BOUNDARY_TRAINED = {"miss_tol": 0.1, "partly_min": 0.5, "control_min": 0.5}
 THRESHOLDS = {"sink_in_use": SINK_IN_USE, "dense_causal": DENSE_CAUSAL, "prevalence": PREVALENCE,
@@ -136,47 +139,6 @@ def prevalence_verdict(model: str, classes: pd.DataFrame, seed: int = 0) -> Verd
                  fractions=("sink_min",), evidence=extra, seed=seed)  # fmt: skip
 
 
-def best_min_conditional(counts: np.ndarray) -> tuple[float, int]:
-    """max over τ of min(P(sink | off), P(off | sink)) from pooled 2×2 counts (τ, 4), and the best τ's index."""
-    curves = switch_curves(counts)
-    smaller = np.minimum(curves["p_sink_given_off"], curves["p_off_given_sink"])
-    if not np.isfinite(smaller).any():
-        return math.nan, -1
-    best = int(np.nanargmax(smaller))
-    return float(smaller[best]), best
-
-
-def assumptions_verdict(model: str, arrays: dict[str, np.ndarray], seed: int = 0) -> Verdict:
-    """`switch` restricted to the (window, layer) cells where the assumptions hold: rank of z_1..z_{T−1} full
-    (= min(T − 1, width)) and |z_0 − P z_0| / |z_0| ≥ `min_distance`. Effect: the restricted best τ's smaller
-    conditional (primary), beside the same over every cell and the share of cells that hold. Graded like
-    `switch` (≥ 1 − `miss_tol` supported, ≥ `partly_min` partly)."""
-    full = np.asarray(arrays["rank"]) == min(int(arrays["n_contexts"]), int(arrays["width"]))
-    units = {"curve": np.asarray(arrays["curve"], float), "distance": np.asarray(arrays["distance"], float),
-             "full_rank": full}  # fmt: skip
-
-    def effects(u, th):
-        scale = th["delta"] / SWITCH["delta"]
-        index = [i for i, d in enumerate(GRID) if math.isclose(scale, d)]
-        holds = u["full_rank"] & (u["distance"] >= th["min_distance"])
-        if not index:
-            return {"best_min_conditional_where_hold": math.nan}
-        curve = u["curve"][:, :, index[0]]  # (W, L, τ, 4)
-        held, best = best_min_conditional((curve * holds[..., None, None]).sum((0, 1)))
-        every, _ = best_min_conditional(curve.sum((0, 1)))
-        failing = curve * ~holds[..., None, None]
-        return {"best_min_conditional_where_hold": held, "best_min_conditional_all": every,
-                "tau_best": float(TAU_CURVE[best]) if best >= 0 else math.nan, "cells_hold_share": float(holds.mean()),
-                "switched_off_where_fail": float(failing[:, :, TAU_CURVE.index(0.1), :2].sum())}  # fmt: skip
-
-    def decide(e, th):
-        return graded(e["best_min_conditional_where_hold"], 1 - th["miss_tol"], th["partly_min"])
-
-    extra = {"n_layers": int(full.shape[1]), "n_contexts": int(arrays["n_contexts"]), "width": int(arrays["width"])}
-    return judge("switch_assumptions", model, units, effects, decide, ASSUMPTIONS, over="windows",
-                 min_units=MIN_WINDOWS, fractions=("miss_tol", "partly_min"), evidence=extra, seed=seed)  # fmt: skip
-
-
 def cost_boundary_verdict(vocabulary: pd.DataFrame, geometry: pd.DataFrame, seed: int = 0) -> Verdict:
     """Draws where the boundary predicts a winner (not `undecided`), resampled within their (T, d, rank) cell:
     `agreement` = share whose exact winner is the predicted one (primary); `vocabulary_agreement` = share of
@@ -263,18 +225,6 @@ def prevalence_table(classes: pd.DataFrame) -> pd.DataFrame:
         share = pd.crosstab(group["window"], group["class"], normalize="index").mean()
         frames.append(pd.DataFrame({"layer": int(layer), "class": share.index, "share": share.to_numpy()}))
     return pd.concat(frames, ignore_index=True)
-
-
-def assumptions_table(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
-    """Per layer: share of windows where the assumptions hold (at min_distance), median rank and span distance,
-    and switched-off queries and hard sinks among them at τ = δ = 0.1."""
-    full = np.asarray(arrays["rank"]) == min(int(arrays["n_contexts"]), int(arrays["width"]))
-    holds = full & (np.asarray(arrays["distance"]) >= ASSUMPTIONS["min_distance"])
-    at = np.asarray(arrays["curve"])[:, :, GRID.index(1.0), TAU_CURVE.index(0.1)]  # (W, L, 4)
-    return pd.DataFrame({"layer": np.arange(holds.shape[1]), "holds_frac": holds.mean(0),
-                         "rank_median": np.median(arrays["rank"], 0), "span_distance_median": np.median(
-                             arrays["distance"], 0), "span_distance_min": np.min(arrays["distance"], 0),
-                         "switched_off": at[..., :2].sum((0, 2)), "switched_off_sink": at[..., 0].sum(0)})  # fmt: skip
 
 
 def judge_experiments(model: str, config: ReproduceConfig, read: dict) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:

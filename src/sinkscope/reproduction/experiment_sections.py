@@ -136,16 +136,19 @@ def prevalence_section(name: str, config: ReproduceConfig, out: Path) -> Section
                    partial(read_table, name="prevalence_windows.parquet"))  # fmt: skip
 
 
-def _layer_capture(lm: LoadedModel, ids, modules: dict) -> tuple[dict, dict, dict]:
+def _layer_capture(lm: LoadedModel, ids, modules: dict) -> tuple[dict, dict, dict, dict]:
     """One forward pass of `ids` through sinkscope's attention path: per layer the value norms per query head
-    (B, H, T), the attention blocks `(start, probs, out norms)` and the attention input z (B, T, d) as float64."""
+    (B, H, T), the attention blocks `(start, probs, out norms)`, the attention input z (B, T, d) as float64 and
+    the singular values of each KV head's context values (B, KV, min(T − 1, dh), `context_value_spectrum`)."""
     from sinkscope.capture.attention import watch_attention
     from sinkscope.capture.layer_inputs import layer_input_hooks
+    from sinkscope.functional.switch import context_value_spectrum
 
-    values, rows, z_in = {}, {layer: [] for layer in modules}, {}
+    values, rows, z_in, spectra = {}, {layer: [] for layer in modules}, {}, {}
 
     def on_values(layer, value):
         values[layer] = value.float().norm(dim=-1).repeat_interleave(lm.layout.group, dim=1)
+        spectra[layer] = context_value_spectrum(value).cpu().numpy()
 
     def on_block(layer, start, probs, _entropy, block):
         rows[layer].append((start, probs.float(), block.float().norm(dim=-1)))
@@ -155,28 +158,31 @@ def _layer_capture(lm: LoadedModel, ids, modules: dict) -> tuple[dict, dict, dic
 
     with layer_input_hooks(lm, on_input, list(modules)), watch_attention(lm.model, modules, on_block, on_values):
         lm.base(input_ids=ids.to(lm.device), use_cache=False)
-    return values, rows, z_in
+    return values, rows, z_in, spectra
 
 
 def assumption_evidence(lm: LoadedModel, batches, tau: float = 0.1, delta: float = 0.1) -> dict[str, np.ndarray]:
     """Per (window, layer): `curve` (W, L, len(GRID), len(TAU_CURVE), 4), the switch 2×2 of
-    `switch_evidence.layer_switch_evidence` (hard sink at δ × GRID); `rank` (W, L), the numerical rank of the
-    context inputs z_1..z_{T−1}; `distance` (W, L), |z_0 − P z_0| / |z_0|; `n_contexts` and `width`."""
+    `switch_evidence.layer_switch_evidence` (hard sink at δ × GRID); `heads` (W, L, H, 3), its per-head counts at
+    δ, τ; `rank` (W, L), the numerical rank of the context inputs z_1..z_{T−1}; `distance` (W, L), |z_0 − P z_0| /
+    |z_0|; `value_sv` (W, L, KV, min(T − 1, dh)), the singular values of each KV head's context values;
+    `n_contexts`, `width` and `head_dim`."""
     import torch
 
     from sinkscope.models.families import attention_module
+    from sinkscope.reproduction.switch_claims import GRID
     from sinkscope.reproduction.switch_evidence import layer_switch_evidence
     from sinkscope.theory.halfspace import span_assumptions
 
     L, H = len(lm.layers), lm.layout.n_heads
     modules = {layer: attention_module(lm.family, block) for layer, block in enumerate(lm.layers)}
-    curves, ranks, distances = [], [], []
+    curves, heads, spectra, ranks, distances = [], [], [], [], []
     T = 0
     with torch.no_grad():
         for ids in batches:
             B, T = ids.shape
-            values, rows, z_in = _layer_capture(lm, ids, modules)
-            batch_curves, batch_rank, batch_distance = [], np.zeros((B, L), int), np.zeros((B, L))
+            values, rows, z_in, batch_spectra = _layer_capture(lm, ids, modules)
+            batch_heads, batch_curves, batch_rank, batch_distance = [], np.zeros((B, L), int), np.zeros((B, L))
             for layer in range(L):
                 attn = torch.zeros(B, H, T, T, device=lm.device)
                 norms = torch.zeros(B, H, T, device=lm.device)
@@ -184,15 +190,20 @@ def assumption_evidence(lm: LoadedModel, batches, tau: float = 0.1, delta: float
                     Q, K = probs.shape[-2:]
                     attn[:, :, start : start + Q, :K] = probs
                     norms[:, :, start : start + Q] = out_norms
-                batch_curves.append(layer_switch_evidence(attn, values[layer], norms, tau, delta)["curve"].numpy())
+                counts = layer_switch_evidence(attn, values[layer], norms, tau, delta)
+                batch_curves.append(counts["curve"].numpy())
+                batch_heads.append(counts["heads"][:, GRID.index(1.0), GRID.index(1.0)].numpy())
                 for b in range(B):
                     batch_rank[b, layer], batch_distance[b, layer] = span_assumptions(z_in[layer][b, 1:],
                                                                                       z_in[layer][b, 0])  # fmt: skip
             curves.append(np.stack(batch_curves, 1))
+            heads.append(np.stack(batch_heads, 1))
+            spectra.append(np.stack([batch_spectra[layer] for layer in range(L)], 1))
             ranks.append(batch_rank)
             distances.append(batch_distance)
-    return {"curve": np.concatenate(curves), "rank": np.concatenate(ranks), "distance": np.concatenate(distances),
-            "n_contexts": np.array(T - 1), "width": np.array(lm.layout.d_model)}  # fmt: skip
+    return {"curve": np.concatenate(curves), "heads": np.concatenate(heads), "value_sv": np.concatenate(spectra),
+            "rank": np.concatenate(ranks), "distance": np.concatenate(distances), "n_contexts": np.array(T - 1),
+            "width": np.array(lm.layout.d_model), "head_dim": np.array(lm.layout.head_dim)}  # fmt: skip
 
 
 def assumptions_section(name: str, config: ReproduceConfig, out: Path) -> Section:
@@ -200,12 +211,14 @@ def assumptions_section(name: str, config: ReproduceConfig, out: Path) -> Sectio
     but under `--quick`)."""
     c, n_windows = config, experiment_windows(config)
     key = {"section": "switch-assumptions", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
-           "windows": n_windows, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
+           "windows": n_windows, "seed": c.seed, "dtype": c.dtype, "switch_tau": c.switch_tau,
+           "version": 2}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
 
-        arrays = assumption_evidence(lm, list(windows(c.corpora[0], lm.tokenizer, c.seq_len, n_windows, seed=c.seed)))
+        batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, n_windows, seed=c.seed))
+        arrays = assumption_evidence(lm, batches, tau=c.switch_tau)
         with swapped_directory(target) as staging:
             np.savez(staging / "assumptions.npz", **arrays)
 

@@ -25,6 +25,7 @@ from sinkscope.reproduction.switch_claims import (
     TAU_CURVE,
     mlp_like_verdict,
     switch_curves,
+    switch_heads_table,
     switch_routes_verdict,
     switch_verdict,
     value_drain_verdict,
@@ -74,7 +75,7 @@ def _columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
 
 
 def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray], switch: dict[str, np.ndarray],
-                    T: int, seed: int) -> list[Verdict]:  # fmt: skip
+                    T: int, seed: int, drain_max: float = 0.1) -> list[Verdict]:  # fmt: skip
     """Sections 1–3 on one analysed corpus of windows of T tokens: geometry (z and h), oversmoothing, switch
     curves, switch routes, value drain and MLP-like layers from the per-window evidence and the run's smoothing
     columns."""
@@ -90,7 +91,7 @@ def corpus_verdicts(model: str, corpus: str, run, arrays: dict[str, np.ndarray],
     else:
         out.append(Verdict("oversmoothing", model, NOT_MEASURABLE, reason="no smoothing columns"))
     tau, delta = run.meta["config"]["tau"], run.meta["config"]["delta"]
-    out.append(switch_verdict(model, switch["curve"], TAU_CURVE, delta, seed))
+    out.append(switch_verdict(model, switch, T - 1, drain_max, seed))
     names = [route.name for route in ROUTES]
     extra = {}
     if "route_bos_mass" in switch:  # the mean BOS mass of each route's queries at δ, τ
@@ -217,7 +218,8 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     first, seed, T = config.corpora[0], config.seed, config.seq_len
     verdicts = []
     for corpus in config.corpora:
-        verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], m.switch[corpus], T, seed)
+        verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], m.switch[corpus], T, seed,
+                                    config.switch_drain_max)  # fmt: skip
     bos = forced_bos(m.ablation)
     verdicts = [replace(v, evidence=v.evidence | bos) if v.claim == "switch_routes" else v for v in verdicts]
     heads = m.runs[first].heads
@@ -237,6 +239,8 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
         "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus] | m.switch[corpus], T)
                                .assign(corpus=corpus)
                                for corpus in config.corpora], ignore_index=True),  # fmt: skip
+        "switch_heads": pd.concat([switch_heads_table(m.switch[corpus], T - 1, config.switch_drain_max)
+                                   .assign(corpus=corpus) for corpus in config.corpora], ignore_index=True),
         "switch": pd.concat([switch_table(m.switch[corpus]).assign(corpus=corpus) for corpus in config.corpora],
                             ignore_index=True),  # fmt: skip
         "switch_routes": pd.concat([routes_table(m.switch[corpus]).assign(corpus=corpus)

@@ -169,7 +169,7 @@ def write_tables(
     """tables/NAME.csv: each evidence table over models (a `model` column first), cost_theory.csv, each model-free
     table of `extra` and, when the regime map ran, regime_cells.csv."""
     names = []
-    for name in ("geometry", "switch", "switch_routes", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
+    for name in ("geometry", "switch", "switch_heads", "switch_routes", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
                  "anchors", "eviction", "dense", "prevalence", "switch_assumptions"):
         frames = [tables[name].assign(model=model) for model, tables in evidence.items() if name in tables]
         if frames:

@@ -190,14 +190,14 @@ def switch_section(name: str, config: ReproduceConfig, out: Path, corpus: str) -
     corpus (`reproduction.switch_evidence`)."""
     c = config
     key = {"section": "switch", "model": name, "corpus": corpus, "seq_len": c.seq_len,
-           "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "version": 3}  # fmt: skip
+           "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "switch_tau": c.switch_tau, "version": 4}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
         from sinkscope.reproduction.switch_evidence import switch_evidence
 
         batches = list(windows(corpus, lm.tokenizer, c.seq_len, c.windows, seed=c.seed))
-        arrays = switch_evidence(lm, batches, c.seed)
+        arrays = switch_evidence(lm, batches, c.seed, tau=c.switch_tau)
         with swapped_directory(target) as staging:
             np.savez(staging / "switch.npz", **arrays)
 
