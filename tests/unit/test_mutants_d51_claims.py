@@ -52,7 +52,8 @@ def test_every_early_return_is_a_whole_verdict_with_its_thresholds():
         verdict = geometry_claims.geometry_verdict("m", counts, tokens=10)
         _whole(verdict, "geometry", "m", NOT_MEASURABLE, {}, geometry, "no per-window BOS cosines")
 
-    representability = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95}
+    representability = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95,
+                        "partly_beaten_frac": 0.5}
     verdict = geometry_claims.representability_verdict("m", [], width=4)
     _whole(verdict, "representability", "m", NOT_MEASURABLE, {}, representability, "no certificates")
     row = {
@@ -104,10 +105,10 @@ def test_every_early_return_is_a_whole_verdict_with_its_thresholds():
 
     # weights: one layer holds both classes (a verdict needs 2); the evidence counts the classes, thresholds whole
     values, scores, layers = [1.0, 2.0, 3.0, 4.0], [0.9, 0.1, 0.9, 0.9], [0, 0, 1, 1]
-    verdict = weight_claims.weights_verdict("weights_low_rank", "m", values, scores, layers)
+    verdict = weight_claims.weights_verdict("weights_low_rank", "m", values, scores, layers, head_dim=64)
     _whole(verdict, "weights_low_rank", "m", NOT_MEASURABLE,
            {"n_sink_heads": 3, "n_other_heads": 1, "layers_with_both": 1, "claimed_direction": "sink heads lower",
-            "n_layers_holding_sink_and_other_heads": 1}, {"min_effect": 0.2, "rank_max": 2.0, "epsilon": 0.3},
+            "n_layers_holding_sink_and_other_heads": 1}, {"min_effect": 0.2, "rank_max": 2.0, "epsilon": 0.3, "partly_rank_frac": 0.5},
            "too few layers holding sink and other heads: 1 (a verdict needs at least 2)")  # fmt: skip
     verdict = weight_claims.weights_verdict("weights_bos_alignment", "m", values, scores, layers, n_layers=4)
     assert verdict.thresholds == {
@@ -152,8 +153,8 @@ def test_dense_causal_record_and_its_rise_min_boundary():
                                 "layer_share_smoothing": 0.5, "median_dcos_head": 0.5,
                                 "median_dcos_layer": pytest.approx((0.5 + 1e-4) / 2, rel=1e-12)}  # fmt: skip
     assert verdict.thresholds == {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
-    assert verdict.reason == ("the 95% bootstrap range of the verdict is partly … supported; depends on rise_min "
-                              "(rise_min: supported at 5e-05)")  # fmt: skip
+    assert verdict.reason == ("the 95% bootstrap range of the verdict is partly … supported; fragile: supported at "
+                              "rise_min = 5e-05")  # fmt: skip
     assert verdict.interval == {"effect": "head_share_smoothing", "estimate": 0.8, "low": 0.8, "high": 1.0,
                                 "level": 0.95, "over": "windows", "n": 8}  # fmt: skip
 
@@ -171,8 +172,7 @@ def test_oversmoothing_counts_a_rise_of_exactly_rise_min_as_none():
     assert verdict.evidence == {"n_heads": 20, "frac_observed_rise": 0.75, "frac_dense_more_measured": 0.95,
                                 "consistency_predictor_vs_observed": 1.0}  # fmt: skip
     assert verdict.thresholds == {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 0.001}
-    assert verdict.reason == ("depends on counteract_tol, rise_min (counteract_tol: supported at 0.333; rise_min: "
-                              "supported at 0.0005)")  # fmt: skip
+    assert verdict.reason == ("fragile: supported at counteract_tol = 0.333; supported at rise_min = 0.0005")
     assert verdict.interval["over"] == "heads (within strata)" and verdict.interval["n"] == 20
 
 
@@ -223,18 +223,21 @@ def test_prevalence_at_exactly_ratio_min_times_the_diagonal_share():
     """Per window 4 sink, 2 diagonal, 4 other heads of 10: sink 0.4 = 2 × 0.2 and ≥ sink_min: supported; at
     ratio_min 4 partly (0.4 > 0.2). Equal shares: not a majority (partly needs sink > diagonal)."""
     kinds = ["sink"] * 4 + ["diagonal"] * 2 + ["other"] * 4
-    classes = pd.DataFrame([{"window": w, "layer": 0, "head": h, "class": c} for w in range(W)
+    scores = {"sink": (0.9, 0.0), "diagonal": (0.0, 0.9), "other": (0.1, 0.1)}  # (A[t,0], A[t,t])
+    classes = pd.DataFrame([{"window": w, "layer": 0, "head": h, "sink_score": scores[c][0],
+                             "diag_score": scores[c][1], "class": c} for w in range(W)
                             for h, c in enumerate(kinds)])  # fmt: skip
     verdict = experiment_claims.prevalence_verdict("m", classes)
-    assert verdict.evidence == {"epsilon": 0.3, "heads_per_window": 10, "sink_minus_diagonal": pytest.approx(0.2),
-                                "sink_share": 0.4, "diagonal_share": 0.2, "sink_over_diagonal": 2.0}  # fmt: skip
+    assert verdict.evidence == {"heads_per_window": 10, "sink_minus_diagonal": pytest.approx(0.2), "sink_share": 0.4,
+                                "diagonal_share": 0.2, "both_share": 0.0, "sink_over_diagonal": 2.0}  # fmt: skip
     assert verdict.verdict == PARTLY and verdict.reason == "depends on ratio_min (ratio_min: partly at 4)"
-    even = pd.DataFrame([{"window": w, "layer": 0, "head": h, "class": "sink" if h < 5 else "diagonal"}
-                         for w in range(W) for h in range(10)])  # fmt: skip
+    even = pd.DataFrame([{"window": w, "layer": 0, "head": h, "sink_score": 0.9 if h < 5 else 0.0,
+                          "diag_score": 0.0 if h < 5 else 0.9} for w in range(W) for h in range(10)])  # fmt: skip
     tie = experiment_claims.prevalence_verdict("m", even)
     assert (
         tie.evidence["sink_minus_diagonal"] == 0.0
-        and tie.reason == "depends on ratio_min (ratio_min: supported at 1)"
+        and tie.verdict == "not supported"
+        and tie.reason == "fragile: supported at ratio_min = 1"
     )
     assert [r["verdict"] for r in tie.sensitivity if r["threshold"] == "ratio_min"] == [
         "supported",
@@ -265,6 +268,8 @@ def test_ablation_ratio_at_its_cuts_and_the_default_fraction_and_delta():
         "ratio_random": 0.5,
         "delta_same_heads_mean": 1.0,
         "delta_random_mean": 1.0,
+        "selected_lowers_loss": 0.0,
+        "ratio_of": "|mean Δ(selected)| / mean Δ(control)",
     }
     assert at_supported.thresholds == {"supported_ratio": 0.5, "partly_ratio": 1.0, "n_draws": 20.0}
     assert at_supported.verdict == PARTLY
@@ -277,8 +282,8 @@ def test_ablation_ratio_at_its_cuts_and_the_default_fraction_and_delta():
         {"threshold": "sink_query_delta", "scale": None, "value": None, "verdict": None, "not_varied": DELTA},
     ]  # fmt: skip
     at_partly = _ratio(1.0, 1.0)
-    assert at_partly.verdict == PARTLY and at_partly.reason == (
-        "depends on supported_ratio, partly_ratio (supported_ratio: supported at 1; partly_ratio: partly at 2)"
+    assert at_partly.verdict == "not supported" and at_partly.reason == (
+        "fragile: supported at supported_ratio = 1; partly at partly_ratio = 2"
     )
     free = _ratio(0.5, 0.0)
     assert free.verdict == NOT_MEASURABLE
@@ -373,7 +378,7 @@ def test_weights_at_exactly_epsilon_and_rank_max():
     values = [1.5, 2.0, 2.5, 4.0, 5.0, 6.0] * 2
     scores = [0.9, 0.9, 0.9, 0.3, 0.3, 0.3] * 2
     layers = [0] * 6 + [1] * 6
-    verdict = weight_claims.weights_verdict("weights_low_rank", "m", values, scores, layers)
+    verdict = weight_claims.weights_verdict("weights_low_rank", "m", values, scores, layers, head_dim=64)
     evidence = {
         name: verdict.evidence[name] for name in ("n_sink_heads", "n_other_heads", "layers_with_both")
     }
@@ -382,7 +387,7 @@ def test_weights_at_exactly_epsilon_and_rank_max():
     assert verdict.evidence["median_sink_heads"] == 2.0 and verdict.evidence["median_other_heads"] == 5.0
     rank_max = [(r["scale"], r["verdict"]) for r in verdict.sensitivity if r["threshold"] == "rank_max"]
     assert rank_max == [(0.5, PARTLY), (2.0, "supported")]
-    assert verdict.reason.endswith("depends on rank_max (rank_max: partly at 1)")
+    assert verdict.reason.endswith("fragile: partly at rank_max = 1")
 
 
 def test_variant_arrays_read_back_one_claims_flat_names():
@@ -608,6 +613,7 @@ def test_representability_beats_exactly_the_beaten_control_fraction():
         "n_contexts": 30,
         "width": 16,
         "n_controls": 20,
+        "layers_ahead_of_control": 1.0,
         "layers": [3, 4, 5, 6],
         "bos_rank": [2, 2, 2, 2],
         "gamma2_rel_bos": [1.0] * 4,
@@ -621,6 +627,7 @@ def test_representability_beats_exactly_the_beaten_control_fraction():
         "failing_layer_tol": 0.2,
         "partly_layer_frac": 0.2,
         "beaten_control_frac": 0.95,
+        "partly_beaten_frac": 0.5,
         "n_controls": 20.0,
     }
     assert verdict.verdict == PARTLY
@@ -647,6 +654,7 @@ def test_an_ablation_measured_again_at_one_scale_only():
         "head_fraction×2": {
             "ratio": 0.4,
             "delta_selected": 0.4,
+            "selected_lowers_loss": 0.0,
             "ratio_same_heads": 0.4,
             "ratio_random": 0.2,
             "delta_same_heads_mean": 1.0,

@@ -20,7 +20,7 @@ def test_each_weight_claim_names_the_direction_it_claims_in_plain_words():
     higher, exactly these words (the report prints them), whatever the verdict."""
     layers, score = np.repeat(np.arange(4), 4), np.tile([0.9, 0.9, 0.05, 0.05], 4)
     values = np.linspace(1.0, 2.0, score.size)
-    low = weights_verdict("weights_low_rank", "m", values, score, layers)
+    low = weights_verdict("weights_low_rank", "m", values, score, layers, head_dim=64)
     high = weights_verdict("weights_bos_alignment", "m", values, score, layers, n_layers=4)
     assert low.evidence["claimed_direction"] == "sink heads lower"
     assert high.evidence["claimed_direction"] == "sink heads higher"

@@ -82,9 +82,14 @@ def test_dense_causal_needs_heads_and_layers_to_smooth_more():
     assert few.verdict == NM and few.reason.startswith("too few heads: 8")
 
 
+SCORES = {"sink": (0.8, 0.05), "diagonal": (0.05, 0.8), "mixed": (0.1, 0.1), "both": (0.45, 0.45)}  # (A[t,0], A[t,t])
+
+
 def classes(per_window, W=10):
-    """(window, layer, head, class) rows: each window holds the classes of `per_window` (a list of names)."""
-    return pd.DataFrame([{"window": w, "layer": 0, "head": h, "class": name}
+    """(window, layer, head, sink_score, diag_score, class) rows: each window holds the heads of `per_window` (a
+    list of names of `SCORES`: a sink, a diagonal, neither, or both scores above ε = 0.3)."""
+    return pd.DataFrame([{"window": w, "layer": 0, "head": h, "sink_score": SCORES[name][0],
+                          "diag_score": SCORES[name][1], "class": name}
                          for w in range(W) for h, name in enumerate(per_window)])  # fmt: skip
 
 
@@ -96,6 +101,18 @@ def test_prevalence_compares_sink_and_diagonal_shares():
     assert prevalence_verdict(M, classes(["mixed"] * 10)).verdict == NM  # neither class: nothing to compare
     few = prevalence_verdict(M, classes(["sink"] * 10, W=4))
     assert few.verdict == NM and few.reason.startswith("too few windows")
+
+
+def test_prevalence_cuts_are_symmetric_without_precedence():
+    """Six heads above ε = 0.3 on both scores, two sinks, two diagonals: a sink-first precedence would count 8
+    sinks against 2 diagonals (supported); symmetric cuts count the six in neither class, 2 against 2: not
+    supported. ε is varied (0.15 and 0.6 on the odds scale) and the other class cuts are recorded as not entering."""
+    record = prevalence_verdict(M, classes(["both"] * 6 + ["sink"] * 2 + ["diagonal"] * 2))
+    assert record.verdict == N and record.evidence["both_share"] == 0.6
+    assert record.evidence["sink_share"] == record.evidence["diagonal_share"] == 0.2
+    assert {(r["threshold"], r["scale"]) for r in record.sensitivity if r["verdict"] is not None} >= {
+        ("epsilon", 0.5), ("epsilon", 2.0)}
+    assert any(r["threshold"] == "class_cuts" and r["not_varied"] for r in record.sensitivity)
 
 
 def assumption_arrays(held, failed, distance_failing=0.01, W=8):
@@ -152,8 +169,9 @@ def test_every_new_claim_has_its_words_and_its_thresholds_vary():
         assert claim in CLAIMS
     record = with_claim_text(sink_in_use_verdict(M, losses()).to_dict())
     assert record["paper_claim"] == CLAIMS["sink_in_use"].paper_claim and record["table"] == "eviction"
-    varied = {r["threshold"] for r in sink_in_use_verdict(M, losses()).sensitivity}
-    assert varied == set(THRESHOLDS["sink_in_use"])
+    records = sink_in_use_verdict(M, losses()).sensitivity
+    assert {r["threshold"] for r in records if r["verdict"] is not None} == set(THRESHOLDS["sink_in_use"])
+    assert {r["threshold"] for r in records if r["verdict"] is None} == {"T", "recent_window"}  # recorded, with why
 
 
 def test_sink_in_use_pairs_each_window_s_losses():

@@ -65,8 +65,9 @@ def test_p_values_never_decide():
     def by_p(e, th):
         return S if e["p_value"] < th["alpha"] else N
 
-    with pytest.raises(KeyError, match="p_value"):
-        v.judge("x", M, {"a": a, "b": b[:30]}, effects, by_p, {"alpha": 0.05}, over="windows", min_units=8)
+    with pytest.raises(KeyError, match="p_value"):  # declared fields only, however the p-value is spelled
+        v.judge("x", M, {"a": a, "b": b[:30]}, effects, by_p, {"alpha": 0.05}, over="windows", min_units=8,
+                decides_on=("difference",))  # fmt: skip
     # Decided on the effect, the same data is capped by the interval of the difference (mean b is pulled up by
     # one value, so resamples without it and with it disagree).
     result = v.judge("x", M, {"a": a, "b": b}, effects, lambda e, th: v.graded(e["difference"], 0.5, 0.0), {},
@@ -181,7 +182,7 @@ def test_simpsons_paradox_pooled_wrong_stratified_right():
     result = weights_verdict("weights_bos_alignment", M, values, is_sink, layers)
     assert result.verdict == N and result.evidence["pooled_median_difference"] > 0
     assert result.evidence["effect_within_layers"] < 0
-    low_rank = weights_verdict("weights_low_rank", M, values, is_sink, layers)  # "sink lower": holds within
+    low_rank = weights_verdict("weights_low_rank", M, values, is_sink, layers, head_dim=64)  # "sink lower": holds within
     # read as a rank, "sink lower" holds within layers (and the level 0.1–0.9 ≤ rank_max 2): supported
     assert low_rank.evidence["effect_within_layers"] > 3 and low_rank.verdict == S
 
@@ -245,7 +246,7 @@ def _weights(claim):
     is_sink = np.tile(np.r_[np.ones(5), np.zeros(5)], 4).astype(bool)
     base = 1.0 if claim == "weights_low_rank" else 0.8
     values = np.where(is_sink, base, base + (3 if claim == "weights_low_rank" else -0.5)) + rng.normal(0, 0.05, 40)
-    return weights_verdict(claim, M, values, is_sink, layers)
+    return weights_verdict(claim, M, values, is_sink, layers, head_dim=64)
 
 
 def _oversmoothing():
@@ -253,7 +254,7 @@ def _oversmoothing():
 
 
 def _cost():
-    return cost_real_verdict(M, np.ones((6, 3)), [8, 16, 32])
+    return cost_real_verdict(M, np.ones((8, 3)), [8, 16, 32])
 
 
 def _gu():

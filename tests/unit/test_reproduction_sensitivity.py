@@ -147,7 +147,7 @@ def test_the_weight_claims_depend_on_the_sink_head_epsilon():
     rng = np.random.default_rng(2)
     score = np.tile(np.r_[[0.9] * 3, [0.2] * 4, [0.05] * 3], 4)
     rank = np.where(score > 0.5, 1.0, 10.0) + rng.normal(0, 0.1, score.size)
-    result = weights_verdict("weights_low_rank", M, rank, score, np.repeat(np.arange(4), 10))
+    result = weights_verdict("weights_low_rank", M, rank, score, np.repeat(np.arange(4), 10), head_dim=64)
     assert result.evidence["n_sink_heads"] == 12 and _moved(result, "epsilon"), result.reason
 
 
@@ -195,10 +195,10 @@ def test_representability_depends_on_the_middle_band():
 
 def test_the_layer_costs_depend_on_the_range_of_context_lengths():
     """The sink is cheaper on 0 % of layers at T = 8, 20 % at 16, 100 % at 32: 40 % over all T (not supported),
-    60 % without T = 8 (partly)."""
-    wins = np.tile([0.0, 0.2, 1.0], (6, 1))
+    60 % without T = 8 (partly): the verdict stays `not supported` (a variant never raises it), noted fragile."""
+    wins = np.tile([0.0, 0.2, 1.0], (8, 1))
     result = cost_real_verdict(M, wins, [8, 16, 32])
-    assert _moved(result, "T_min"), result.reason
+    assert result.verdict == N and "fragile: " in result.reason and "partly at T_min = 16" in result.reason
     assert {r["threshold"] for r in result.sensitivity if r["verdict"] is None} == {"T_min", "T_max", "layer_stride"}
 
 

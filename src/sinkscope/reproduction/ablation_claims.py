@@ -1,5 +1,5 @@
-"""Section 3's ablation claims: `sink_ablation` (zeroing the sink-like heads on their sink queries costs less
-than matched controls) and `dormant_heads` (zeroing the heads of lowest AHON-LN costs less than random head sets),
+"""Section 3's ablation claims: `sink_ablation` (zeroing the sink-like heads on their sink queries changes the loss
+less than matched controls, in either direction) and `dormant_heads` (zeroing the heads of lowest AHON-LN costs less than random head sets),
 with the dormancy curve beside them. Plain numbers in, a `Verdict` out by the steps of `reproduction.verdicts`; the
 claims' words in `reproduction.claim_texts`, the minima in `reproduction.minima`."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,10 +40,12 @@ def _decide_ratio(e, th) -> str:
 
 def ratio_claim(claim: str, model: str, selected: np.ndarray, controls: dict[str, np.ndarray], fixed: dict[str, str],
                 evidence: dict, seed: int = 0, varied: Mapping[str, float] | None = None,
-                variants: Variants | None = None) -> Verdict:  # fmt: skip
+                variants: Variants | None = None, two_sided: bool = False) -> Verdict:  # fmt: skip
     """An ablation claim from per-window Δloss (nats/token): `selected` (W,) the chosen heads ablated, `controls`
     {name: (W, D)} D draws of each control on the same W windows. Ratio per control = mean Δ(selected) / mean
-    Δ(control); a control that does not raise the loss leaves its ratio undefined (a failed resample). Effect:
+    Δ(control), with `two_sided` = |mean Δ(selected)| / mean Δ(control) (a change in either direction counts:
+    a loss that falls by much is no "small change"; `selected_lowers_loss` = 1 reports that direction under its
+    own name); a control that does not raise the loss leaves its ratio undefined (a failed resample). Effect:
     the larger ratio (the claim must hold against every control). Supported: ≤ `supported_ratio`; partly: <
     `partly_ratio`; else not supported. Interval: windows × draws resampled jointly (both axes). The number of
     draws enters the sensitivity at half (the first D/2 draws); doubling it needs more draws than were measured.
@@ -78,10 +81,12 @@ def ratio_claim(claim: str, model: str, selected: np.ndarray, controls: dict[str
             return {"ratio": math.nan}
         n = max(1, int(th["n_draws"]))  # the first n draws (of a resample's draws)
         sel = float(u["selected"][:, 0].mean())
+        size = abs(sel) if two_sided else sel
         means = {name: float(u[name][:, :n].mean()) for name in controls}
-        ratios = {name: sel / m if m > 0 else math.nan for name, m in means.items()}
+        ratios = {name: size / m if m > 0 else math.nan for name, m in means.items()}
         finite = all(math.isfinite(r) for r in ratios.values())
         return {"ratio": max(ratios.values()) if finite else math.nan, "delta_selected": sel,
+                "selected_lowers_loss": float(sel < 0),
                 **{f"ratio_{name}": r for name, r in ratios.items()},
                 **{f"delta_{name}_mean": m for name, m in means.items()}}  # fmt: skip
 
@@ -100,8 +105,15 @@ def ratio_claim(claim: str, model: str, selected: np.ndarray, controls: dict[str
             measured_at[f"{name}×{scale:g}"] = point | {"n_heads": int(data["n_heads"]) if "n_heads" in data else None,
                                                          "draws": int(np.shape(data[next(iter(controls))])[1])}  # fmt: skip
     evidence = dict(evidence) | ({"variants": measured_at} if measured_at else {})
-    return judge(claim, model, units, effects, _decide_ratio, thresholds, over="windows × draws",
-                 min_units=(MIN_WINDOWS, MIN_DRAWS), crossed=True, seed=seed, fixed=fixed, evidence=evidence)  # fmt: skip
+    evidence["ratio_of"] = "|mean Δ(selected)| / mean Δ(control)" if two_sided else "mean Δ(selected) / mean Δ(control)"
+    verdict = judge(claim, model, units, effects, _decide_ratio, thresholds, over="windows × draws",
+                    min_units=(MIN_WINDOWS, MIN_DRAWS), crossed=True, seed=seed, fixed=fixed, evidence=evidence,
+                    decides_on=("ratio",))  # fmt: skip
+    if two_sided and verdict.evidence.get("selected_lowers_loss") == 1.0:
+        note = (f"zeroing them lowers the loss (Δ = {verdict.evidence['delta_selected']:.3g} nats/token): judged by "
+                "the size of the change")  # fmt: skip
+        return replace(verdict, reason="; ".join(part for part in (note, verdict.reason) if part))
+    return verdict
 
 
 HEAD_FRACTION_FIXED = ("the head fraction ({fraction:.0%} of heads) is fixed by the ablation pass: another fraction "
@@ -115,15 +127,15 @@ SINK_QUERY_DELTA_FIXED = ("δ = {delta:g} picks the zeroed sink queries in the s
 def sink_ablation_verdict(model: str, selected: np.ndarray, same_heads: np.ndarray, random: np.ndarray,
                           extra: dict | None = None, seed: int = 0, fraction: float = 0.1, delta: float = 0.1,
                           variants: Variants | None = None) -> Verdict:  # fmt: skip
-    """Claim `sink_ablation` (`ratio_claim`): `selected` the sink-like heads zeroed on their sink queries (A[t,0] ≥
-    1 − `delta`); controls `same_heads` (W, D), the same heads zeroed on as many of their non-sink queries (same
+    """Claim `sink_ablation` (`ratio_claim`, two-sided: the size |Δ| of the change in either direction against
+    the controls' Δ): `selected` the sink-like heads zeroed on their sink queries (A[t,0] ≥ 1 − `delta`); controls `same_heads` (W, D), the same heads zeroed on as many of their non-sink queries (same
     heads, so same layers: the within-layer control), and `random` (W, D), matched random head-and-query
     sets. `variants`: the same at head fraction and δ × ½, × 2 (`reproduction.ablation_variants`)."""
     fixed = {"head_fraction": HEAD_FRACTION_FIXED.format(fraction=fraction),
              "sink_query_delta": SINK_QUERY_DELTA_FIXED.format(delta=delta)}  # fmt: skip
     return ratio_claim("sink_ablation", model, selected, {"same_heads": same_heads, "random": random}, fixed,
                        dict(extra or {}), seed, {"head_fraction": fraction, "sink_query_delta": delta},
-                       variants)  # fmt: skip
+                       variants, two_sided=True)  # fmt: skip
 
 
 def dormant_heads_verdict(model: str, selected: np.ndarray, layer_matched: np.ndarray, random: np.ndarray,

@@ -50,7 +50,7 @@ class ReproduceConfig:
     certificate_windows: int = 24
     certificate_controls: int = 20
     cost_contexts: tuple[int, ...] = (8, 16, 32)
-    cost_windows: int = 4
+    cost_windows: int = 8
     cost_layer_stride: int = 6
     smoothing_layer_stride: int = 1
     cost_exact_Ts: tuple[int, ...] = (2, 4, 8, 16)

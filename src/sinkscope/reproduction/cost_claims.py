@@ -34,19 +34,26 @@ def cost_closed_forms_verdict(model: str, sink_exponent: float, diagonal_exponen
         return SUPPORTED if close and exact else PARTLY if sink_exponent < diagonal_exponent else NOT_SUPPORTED
 
     return judge("cost_closed_forms", model, {}, effects, decide, COST_CLOSED,
-                 over="closed forms and exact programs: no sampling interval")  # fmt: skip
+                 over="closed forms and exact programs: no sampling interval",
+                 decides_on=("sink_exponent", "diagonal_exponent", "exact_rel_error"))  # fmt: skip
 
 
 COST_REAL = {"losing_pair_tol": 0.2, "partly_frac": 0.5}
 
 
-def cost_real_verdict(model: str, wins: np.ndarray, Ts: Sequence[int], extra: dict | None = None, seed: int = 0
-                      ) -> Verdict:  # fmt: skip
+LAYER_STRIDE_REASON = ("layers {layers} of {depth} were solved (every {stride}th): an exact program at T = 32 "
+                       "takes ~30 s on a loaded CPU, so every layer of every window at every T would take hours")  # fmt: skip
+
+
+def cost_real_verdict(model: str, wins: np.ndarray, Ts: Sequence[int], extra: dict | None = None, seed: int = 0,
+                      layers: Sequence[int] | None = None, depth: int | None = None) -> Verdict:  # fmt: skip
     """Claim `cost_real_layers` from per-window shares (W, len(Ts)) of the layers where the sink is cheaper
     (feasible and cheaper, or the diagonal infeasible) at each context length T. Effect: the mean share over
     windows and the T in `T_min` … `T_max` (all measured T). Supported: ≥ 1 − `losing_pair_tol`, and at every
-    such T; partly: ≥ `partly_frac`. Interval over windows. The sensitivity narrows the range of T (doubling
-    `T_min`, halving `T_max`); widening it needs exact programs at T not solved (a T = 64 program takes minutes)."""
+    such T; partly: ≥ `partly_frac`. Interval over windows (at least `MIN_COST_WINDOWS` = 8). The sensitivity
+    narrows the range of T (doubling `T_min`, halving `T_max`); widening it needs exact programs at T not solved
+    (a T = 64 program takes minutes). `layers` (of `depth`): the layers solved; fewer than every layer is
+    recorded as not varied, with the reason."""
     wins, Ts = np.asarray(wins, float), np.asarray(Ts, float)
 
     def effects(u, th):
@@ -68,8 +75,14 @@ def cost_real_verdict(model: str, wins: np.ndarray, Ts: Sequence[int], extra: di
         return Verdict("cost_real_layers", model, NOT_MEASURABLE, {}, COST_REAL, "no feasible pattern solved")
     thresholds = COST_REAL | {"T_min": float(Ts.min()), "T_max": float(Ts.max())}
     unsolved = "exact programs were solved at T = " + ", ".join(f"{T:g}" for T in Ts) + " only"
-    fixed = {"T_min×0.5": unsolved, "T_max×2": unsolved,
-             "layer_stride": "every few layers were solved (the stride is fixed by the cost pass)"}  # fmt: skip
+    fixed = {"T_min×0.5": unsolved, "T_max×2": unsolved}
+    if layers is None or depth is None:
+        fixed["layer_stride"] = "the layers solved are not known here: the stride is fixed by the cost pass"
+    elif len(layers) < depth:
+        stride = int(layers[1] - layers[0]) if len(layers) > 1 else depth
+        fixed["layer_stride"] = LAYER_STRIDE_REASON.format(layers=", ".join(str(int(x)) for x in layers), depth=depth,
+                                                           stride=stride)  # fmt: skip
     return judge("cost_real_layers", model, {"wins": wins}, effects, decide, thresholds, over="windows",
                  min_units=MIN_COST_WINDOWS, seed=seed, fractions=tuple(COST_REAL), fixed=fixed,
-                 evidence={"Ts": Ts.tolist(), **(extra or {})})  # fmt: skip
+                 evidence={"Ts": Ts.tolist(), **(extra or {})},
+                 decides_on=("sink_cheaper_frac", "worst_T_frac"))  # fmt: skip

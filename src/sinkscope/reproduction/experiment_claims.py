@@ -46,9 +46,23 @@ from sinkscope.reproduction.verdicts import (
 
 SINK_IN_USE = {"recovered_min": 0.5, "control_max": 0.5, "partly_min": 0.2}
 DENSE_CAUSAL = {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
-PREVALENCE = {"ratio_min": 2.0, "sink_min": 0.2}
+PREVALENCE = {"ratio_min": 2.0, "sink_min": 0.2, "epsilon": 0.3}
 COST_BOUNDARY = {"miss_tol": 0.1, "partly_min": 0.5}
 BOUNDARY_TRAINED = {"miss_tol": 0.1, "partly_min": 0.5, "control_min": 0.5}
+# What each claim's measurement fixed (recorded in its sensitivity as not varied, with the reason).
+SINK_IN_USE_FIXED = {"T": "the windows' length T = 2 × seq_len is fixed by the eviction section (another T is another "
+                          "pass)",
+                     "recent_window": "the KV cache keeps the recent w keys, w fixed by the eviction section (another "
+                                      "w is another pass)"}  # fmt: skip
+DENSE_FIXED = {"lambda": "λ = 1 (uniform causal attention) is the claim's own dense end; the section measured λ = 0 "
+                         "and 1 only"}  # fmt: skip
+PREVALENCE_FIXED = {"class_cuts": "one cut ε for both classes (a head is sink, diagonal, both or neither; no "
+                                  "precedence), varied above; the previous-token, dense and mixed cuts of the head "
+                                  "classes do not enter the effect"}  # fmt: skip
+BOUNDARY_FIXED = {"grid": "T = 4, 8, 12; d = 16; rank 2 … 16; 8 draws per cell: the grid of the cost-regimes section "
+                          "(another grid is another set of exact programs)"}  # fmt: skip
+TRAINED_FIXED = {"settings": "the lab's 4 settings (V, T, d), 3 seeds each and its steps are fixed by the boundary "
+                             "lab section (another setting is another training run)"}  # fmt: skip
 THRESHOLDS = {"sink_in_use": SINK_IN_USE, "dense_causal": DENSE_CAUSAL, "prevalence": PREVALENCE,
               "switch_assumptions": ASSUMPTIONS, "cost_boundary": COST_BOUNDARY,
               "cost_boundary_trained": BOUNDARY_TRAINED}  # by claim (docs/reproduction.md)
@@ -80,7 +94,8 @@ def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict |
         return PARTLY if share >= th["partly_min"] else NOT_SUPPORTED
 
     return judge("sink_in_use", model, units, effects, decide, SINK_IN_USE, over="windows", min_units=MIN_WINDOWS,
-                 fractions=tuple(SINK_IN_USE), evidence=extra, seed=seed)  # fmt: skip
+                 fractions=tuple(SINK_IN_USE), evidence=extra, seed=seed, fixed=SINK_IN_USE_FIXED,
+                 decides_on=("recovered_share", "control_recovered_share"))  # fmt: skip
 
 
 def dense_causal_verdict(model: str, cosines: pd.DataFrame, seed: int = 0) -> Verdict:
@@ -109,22 +124,28 @@ def dense_causal_verdict(model: str, cosines: pd.DataFrame, seed: int = 0) -> Ve
 
     extra = {"n_heads": n_heads, "n_layers": int(units["layers"].shape[1])}
     return judge("dense_causal", model, units, effects, decide, DENSE_CAUSAL, over="windows", min_units=MIN_WINDOWS,
-                 fractions=("counteract_tol", "partly_frac"), evidence=extra, seed=seed)  # fmt: skip
+                 fractions=("counteract_tol", "partly_frac"), evidence=extra, seed=seed, fixed=DENSE_FIXED,
+                 decides_on=("head_share_smoothing", "layer_share_smoothing"))  # fmt: skip
 
 
 def prevalence_verdict(model: str, classes: pd.DataFrame, seed: int = 0) -> Verdict:
-    """From one row per (window, layer, head) with its `class`: per window the share of sink and of diagonal heads;
-    effect sink share − diagonal share (primary). Supported: sink share ≥ `ratio_min` × diagonal share and ≥
-    `sink_min`; partly: sink share > diagonal share; not measurable when neither class occurs."""
-    shares = pd.crosstab(classes["window"], classes["class"], normalize="index")
-    units = {name: (shares[name] if name in shares else pd.Series(0.0, index=shares.index)).to_numpy(float)
-             for name in ("sink", "diagonal")}  # fmt: skip
+    """From one row per (window, layer, head) with its `sink_score` (mean A[t,0]) and `diag_score` (mean A[t,t]):
+    symmetric classes at one cut ε, without precedence: a sink head has sink score > ε ≥ diagonal score, a
+    diagonal head diagonal score > ε ≥ sink score (a head above ε on both counts in neither: `both_share`). Per
+    window the share of sink and of diagonal heads; effect sink share − diagonal share (primary). Supported: sink
+    share ≥ `ratio_min` × diagonal share and ≥ `sink_min`; partly: sink share > diagonal share; not measurable
+    when neither class occurs. ε is varied like every threshold (the scores are kept)."""
+    wide = classes.pivot_table(index="window", columns=["layer", "head"], values=["sink_score", "diag_score"],
+                               aggfunc="first")  # fmt: skip
+    units = {"sink": wide["sink_score"].to_numpy(float), "diagonal": wide["diag_score"].to_numpy(float)}  # (W, heads)
 
     def effects(u, th):
-        sink, diagonal = float(u["sink"].mean()), float(u["diagonal"].mean())
+        sink_high, diag_high = u["sink"] > th["epsilon"], u["diagonal"] > th["epsilon"]
+        sink, diagonal = float((sink_high & ~diag_high).mean()), float((diag_high & ~sink_high).mean())
         if sink == 0 and diagonal == 0:
             return {"sink_minus_diagonal": math.nan}
         return {"sink_minus_diagonal": sink - diagonal, "sink_share": sink, "diagonal_share": diagonal,
+                "both_share": float((sink_high & diag_high).mean()),
                 "sink_over_diagonal": sink / diagonal if diagonal > 0 else math.inf}  # fmt: skip
 
     def decide(e, th):
@@ -134,9 +155,10 @@ def prevalence_verdict(model: str, classes: pd.DataFrame, seed: int = 0) -> Verd
             return SUPPORTED
         return PARTLY if e["sink_share"] > e["diagonal_share"] else NOT_SUPPORTED
 
-    extra = {"epsilon": 0.3, "heads_per_window": int(len(classes) / max(classes["window"].nunique(), 1))}
+    extra = {"heads_per_window": int(units["sink"].shape[1])}
     return judge("prevalence", model, units, effects, decide, PREVALENCE, over="windows", min_units=MIN_WINDOWS,
-                 fractions=("sink_min",), evidence=extra, seed=seed)  # fmt: skip
+                 fractions=("sink_min", "epsilon"), evidence=extra, seed=seed, fixed=PREVALENCE_FIXED,
+                 decides_on=("sink_minus_diagonal", "sink_share", "diagonal_share"))  # fmt: skip
 
 
 def cost_boundary_verdict(vocabulary: pd.DataFrame, geometry: pd.DataFrame, seed: int = 0) -> Verdict:
@@ -162,7 +184,8 @@ def cost_boundary_verdict(vocabulary: pd.DataFrame, geometry: pd.DataFrame, seed
         return PARTLY if e["agreement"] >= th["partly_min"] else NOT_SUPPORTED
 
     return judge("cost_boundary", "theory", units, effects, decide, COST_BOUNDARY, over="random embedding draws",
-                 min_units=MIN_DRAWS, fractions=tuple(COST_BOUNDARY), evidence=extra, strata=cells, seed=seed)  # fmt: skip
+                 min_units=MIN_DRAWS, fractions=tuple(COST_BOUNDARY), evidence=extra, strata=cells, seed=seed,
+                 fixed=BOUNDARY_FIXED, decides_on=("agreement", "vocabulary_agreement"))  # fmt: skip
 
 
 def cost_boundary_trained_verdict(runs: pd.DataFrame | None, reason: str = "", seed: int = 0) -> Verdict:
@@ -195,7 +218,8 @@ def cost_boundary_trained_verdict(runs: pd.DataFrame | None, reason: str = "", s
 
     verdict = judge(claim, "synthetic", units, effects, decide, BOUNDARY_TRAINED,
                     over="lab runs (seeds within settings)", min_units=MIN_RUNS, fractions=tuple(BOUNDARY_TRAINED),
-                    evidence=extra, strata=runs["setting"].to_numpy(str), seed=seed)  # fmt: skip
+                    evidence=extra, strata=runs["setting"].to_numpy(str), seed=seed, fixed=TRAINED_FIXED,
+                    decides_on=("diagonal_side_match", "sink_side_match"))  # fmt: skip
     control = verdict.evidence.get("sink_side_match", math.nan)
     if verdict.verdict == NOT_MEASURABLE and control < BOUNDARY_TRAINED["control_min"]:
         return replace(verdict, reason=f"the control fails: {control:.2f} of the runs where the sink is predicted "

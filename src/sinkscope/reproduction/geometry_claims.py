@@ -58,10 +58,12 @@ def geometry_verdict(model: str, counts: Mapping[str, np.ndarray], tokens: int, 
         return PARTLY if e["middle_layers_holding_best"] >= th["partly_layer_frac"] else NOT_SUPPORTED
 
     return judge("geometry", model, units, effects, decide, GEOMETRY, over="windows", min_units=MIN_WINDOWS,
-                 seed=seed, fractions=tuple(GEOMETRY), evidence={"representations": reps})  # fmt: skip
+                 seed=seed, fractions=tuple(GEOMETRY), evidence={"representations": reps},
+                 decides_on=("middle_layers_holding", "middle_layers_holding_best"))  # fmt: skip
 
 
-REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95}
+REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95,
+                    "partly_beaten_frac": 0.5}
 
 
 def representability_verdict(model: str, layers: Sequence[Mapping], width: int, seed: int = 0,
@@ -69,8 +71,10 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
     """Claim `representability` from per-middle-layer certificates on raw inputs `{layer, n_contexts, h1, h2,
     gamma2_rel, control_gamma2_rel (list), n_controls}` (γ₂ / ‖z‖ of BOS and of each random context token).
     A layer is beyond its control when H1 and H2 hold and BOS's γ₂/‖z‖ exceeds at least `beaten_control_frac`
-    of the first `n_controls` controls'. Supported: ≥ 1 − `failing_layer_tol` of the layers are; partly: H1 and
-    H2 hold in ≥ `partly_layer_frac` of them (BOS passes a test random tokens pass too); else not supported.
+    of the first `n_controls` controls', and ahead of them when H1 and H2 hold and it exceeds more than
+    `partly_beaten_frac` of them (BOS above the controls' median). Supported: ≥ 1 − `failing_layer_tol` of the
+    layers are beyond; partly: ≥ `partly_layer_frac` of them are ahead; else not supported (a BOS below its
+    controls reads `not supported` however many layers hold H1 and H2, which random tokens pass too).
     Interval over layers. Needs more tokens than the `width`, ≥ `MIN_CONTROLS` controls and ≥ `MIN_LAYERS`
     layers. The sensitivity halves the controls (the first half) and, given the depth `n_layers`, narrows the
     middle band (`middle_margin`); doubling the controls or widening the band needs another certificate pass."""
@@ -108,6 +112,7 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
         holds = u["holds"][band].astype(bool)
         beaten = (u["gamma"][band, None] > u["controls"][band, : int(th["n_controls"])]).mean(1)
         return {"layers_beyond_control": float(np.mean(holds & (beaten >= th["beaten_control_frac"]))),
+                "layers_ahead_of_control": float(np.mean(holds & (beaten > th["partly_beaten_frac"]))),
                 "layers_representable": float(holds.mean()), "mean_controls_beaten": float(beaten.mean())}  # fmt: skip
 
     def decide(e, th):
@@ -115,11 +120,11 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
             return NOT_MEASURABLE
         if e["layers_beyond_control"] >= 1 - th["failing_layer_tol"]:
             return SUPPORTED
-        return PARTLY if e["layers_representable"] >= th["partly_layer_frac"] else NOT_SUPPORTED
+        return PARTLY if e["layers_ahead_of_control"] >= th["partly_layer_frac"] else NOT_SUPPORTED
 
     evidence |= {"layers": units["layer"].tolist(), "bos_rank": ranks, "gamma2_rel_bos": units["gamma"].tolist(),
                  "gamma2_rel_control_median": np.median(units["controls"], 1).tolist(),
                  "gamma2_rel_control_max": units["controls"].max(1).tolist()}  # fmt: skip
     return judge("representability", model, units, effects, decide, thresholds, over="middle layers",
                  min_units=MIN_LAYERS, fractions=(*REPRESENTABILITY, "middle_margin"), fixed=fixed, seed=seed,
-                 evidence=evidence)  # fmt: skip
+                 evidence=evidence, decides_on=("layers_beyond_control", "layers_ahead_of_control"))  # fmt: skip

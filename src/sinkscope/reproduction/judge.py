@@ -168,9 +168,10 @@ def forced_bos(ablation: pd.DataFrame) -> dict:
             if len(random) else None, "forced_bos_random_draws": int(len(random))}  # fmt: skip
 
 
-def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int) -> Verdict:
+def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int, depth: int | None = None) -> Verdict:
     """Per window and T, the share of layers where the sink is cheaper (feasible and cheaper, or the diagonal
-    infeasible); pairs where neither pattern was solved are left out."""
+    infeasible); pairs where neither pattern was solved are left out. `depth`: the model's layers (the solved
+    ones are those of `costs`)."""
     if costs.empty or "T" not in costs:
         return Verdict("cost_real_layers", model, NOT_MEASURABLE, reason="no layer costs", corpus=corpus)
     wide = costs.pivot_table(index=["T", "window", "layer"], columns="pattern", values="cost", aggfunc="first")
@@ -182,7 +183,9 @@ def cost_layers_verdict(model: str, corpus: str, costs: pd.DataFrame, seed: int)
     extra = {"pairs": int(valid.sum()), "sink_infeasible": int((~np.isfinite(sink)).sum()),
              "diagonal_infeasible": int((~np.isfinite(diag)).sum()),
              "median_diag_over_sink": float(np.median(diag[both] / sink[both])) if both.any() else None}  # fmt: skip
-    verdict = cost_real_verdict(model, share.to_numpy(float), [int(T) for T in share.columns], extra, seed)
+    layers = sorted(int(x) for x in costs["layer"].unique())
+    verdict = cost_real_verdict(model, share.to_numpy(float), [int(T) for T in share.columns], extra, seed, layers,
+                                depth)  # fmt: skip
     return replace(verdict, corpus=corpus)
 
 
@@ -194,15 +197,15 @@ def weight_heads(weights: pd.DataFrame, heads: pd.DataFrame, alignment: pd.DataF
     return frame.assign(is_sink=frame["head_class"] == "sink")
 
 
-def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int) -> list[Verdict]:
+def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int, head_dim: int) -> list[Verdict]:
     """Sink heads (head class `sink`: mean sink score α > ε = 0.3) vs the other heads of the same layer: W_QK
-    effective rank (all layers), and the signed p̂/q̂ score over RoPE offsets (middle layers, where the
+    effective rank (all layers; its level against the head dimension `head_dim`), and the signed p̂/q̂ score over RoPE offsets (middle layers, where the
     certificates give p̂ and q̂)."""
     aligned = table.dropna(subset=["qk_pq_score"]) if "qk_pq_score" in table else table.iloc[:0]
     n_layers = int(table["layer"].max()) + 1 if len(table) else 0
     return [
         replace(weights_verdict("weights_low_rank", model, table["qk_effective_rank"], table["sink_score"],
-                                table["layer"], seed), corpus=corpus),
+                                table["layer"], seed, head_dim=head_dim), corpus=corpus),
         replace(weights_verdict("weights_bos_alignment", model, aligned["qk_pq_score"], aligned["sink_score"],
                                 aligned["layer"], seed, n_layers), corpus=corpus),
     ]  # fmt: skip
@@ -230,9 +233,9 @@ def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[l
     fraction = config.ablation_fraction
     verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed, fraction, m.ablation_variants))
     verdicts += ablation_verdicts(model, first, m.ablation, heads, seed, fraction, m.ablation_variants)
-    verdicts.append(cost_layers_verdict(model, first, m.costs, seed))
+    verdicts.append(cost_layers_verdict(model, first, m.costs, seed, depth))
     weight_table = weight_heads(m.weights, heads, m.alignment)
-    verdicts += weight_verdicts(model, first, weight_table, seed)
+    verdicts += weight_verdicts(model, first, weight_table, seed, int(m.runs[first].meta["model"]["head_dim"]))
     scores = {label: m.evidence[corpus]["sink_column"] / T for corpus, label in ANCHORS.items() if corpus in m.evidence}
     verdicts.append(replace(gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
     tables = {

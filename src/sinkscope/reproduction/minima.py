@@ -17,5 +17,5 @@ MIN_HEADS = 20  # heads a per-head fraction needs
 MIN_LAYERS = 4  # middle layers the certificates need
 MIN_CONTROLS = 20  # random context tokens the certificates need
 MIN_STRATA = 2  # layers holding both head classes a within-layer comparison needs
-MIN_COST_WINDOWS = 4  # windows of exact cost programs (each layer × T is a convex program)
+MIN_COST_WINDOWS = 8  # windows of exact cost programs (each layer × T is a convex program), as any per-window verdict
 

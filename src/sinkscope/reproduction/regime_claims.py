@@ -32,7 +32,8 @@ def regimes_verdict(model: str, inits: dict[str, tuple[dict, dict]] | None, reas
         return SUPPORTED if share == 1 else PARTLY if share > 0 else NOT_SUPPORTED
 
     verdict = judge("bigram_backcopy_regimes", model, {}, effects, decide, REGIMES, fractions=("bos_mass",),
-                    over="seed means per cell (agreement over seeds in the evidence)", evidence=evidence)  # fmt: skip
+                    over="seed means per cell (agreement over seeds in the evidence)", evidence=evidence,
+                    decides_on=("inits_with_sink",))  # fmt: skip
     holding = [init for init, (with_bos, _) in inits.items() if with_bos["bos_mass"] >= REGIMES["bos_mass"]]
     if verdict.verdict == PARTLY and 0 < len(holding) < len(inits):  # partly by the inits, not by a threshold
         note = f"init-dependent: a sink with BOS at {', '.join(holding)} only"

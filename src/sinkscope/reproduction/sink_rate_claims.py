@@ -29,4 +29,5 @@ def gu_sink_rate_verdict(model: str, scores: dict[str, np.ndarray], seed: int = 
         return SUPPORTED if all(present.values()) else PARTLY if present["natural"] else NOT_SUPPORTED
 
     return judge("gu_sink_rate", model, {name: np.asarray(scores[name], float) for name in needed}, effects, decide,
-                 GU, over="windows", min_units=MIN_WINDOWS, seed=seed, fractions=("present_rate",))  # fmt: skip
+                 GU, over="windows", min_units=MIN_WINDOWS, seed=seed, fractions=("present_rate",),
+                 decides_on=tuple(f"sink_rate_{name}" for name in needed))  # fmt: skip

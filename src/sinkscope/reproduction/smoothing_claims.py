@@ -36,4 +36,4 @@ def oversmoothing_verdict(model: str, observed_rise: Sequence[float], dense_more
 
     return judge("oversmoothing", model, units, effects, decide, OVERSMOOTHING, over="heads", min_units=MIN_HEADS,
                  strata=np.asarray(layers), seed=seed, fractions=("counteract_tol", "partly_frac"),
-                 evidence={"n_heads": int(units["rise"].size)})  # fmt: skip
+                 evidence={"n_heads": int(units["rise"].size)}, decides_on=("frac_observed_rise",))  # fmt: skip

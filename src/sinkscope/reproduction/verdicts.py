@@ -1,11 +1,14 @@
 """How a verdict is reached, the same way for every claim: a decision rule on effect sizes, capped by the
-effects' bootstrap over the right unit, and flagged when half or double any deciding threshold changes it.
+effects' bootstrap over the right unit, and flagged (weakened from `supported`, never raised) when half or double any
+deciding threshold changes it.
 
 1. **Units.** A verdict needs at least the claim's stated minimum of units (`min_units`); below it, `not
    measurable here: too few UNITS`.
 2. **Decision.** A claim's `decide(effects, thresholds)` maps its effect sizes to `supported`, `partly` or
    `not supported` (or `not measurable here` when an effect does not exist on the data, e.g. its control
-   fails). p-values may be reported but never decide: `decide` is called without them.
+   fails). It reads only the effect fields the claim declares (`decides_on`; by default every field its
+   `effects` returns) and the claim's thresholds; p-values and other evidence may be reported but are never
+   passed to it.
 3. **Interval.** The effects are recomputed on `n_boot` bootstrap resamples of the units they are measured on
    (windows; windows × draws jointly for ablations; heads *within layers* for per-head claims), giving a 95 %
    percentile interval of the primary effect and a verdict per resample. A resample whose effect does not
@@ -15,14 +18,18 @@ effects' bootstrap over the right unit, and flagged when half or double any deci
       cannot decide (`not measurable here`); when they differ by one step a `supported` becomes `partly` (the
       interval only ever weakens a verdict: a `not supported` point stays `not supported`);
    c. the verdict is lowered to the majority (median) of the resampled verdicts when it is stronger.
-4. **Sensitivity.** The verdict is recomputed with *every* threshold of the claim halved and doubled, one at a
-   time. A threshold that is a fraction of a whole (a share of layers, tokens or heads, an attention mass) is
-   halved and doubled on the odds scale `x / (1 − x)`, so it stays a fraction (0.5 → 1/3 and 2/3; 0.05 → 0.026
-   and 0.095); the others are multiplied by ½ and 2. If any of these differs (a `not measurable here` there
-   carries no information), a `supported` or `not supported` verdict becomes `partly`, with the reason "depends
-   on NAME". A threshold the measurement fixed (one δ counted under `--quick`, only 20 controls were drawn)
-   cannot be re-decided from the same numbers at every scale: the claim names it in `fixed` with the reason,
-   and the sensitivity records it as not varied (`verdict: None`, `not_varied: REASON`), never silently.
+4. **Sensitivity: it annotates or weakens, never raises.** The point verdict is recomputed with *every*
+   threshold of the claim halved and doubled, one at a time. A threshold that is a fraction of a whole (a share
+   of layers, tokens or heads, an attention mass) is halved and doubled on the odds scale `x / (1 − x)`, so it
+   stays a fraction (0.5 → 1/3 and 2/3; 0.05 → 0.026 and 0.095); the others are multiplied by ½ and 2. Where one
+   of these differs from the point verdict (a `not measurable here` there carries no information), a
+   `supported` verdict becomes `partly` ("depends on NAME"); a `partly` or `not supported` verdict keeps its
+   word, with the note "fragile: WORD at NAME = VALUE". So the word comes from the stated thresholds and the
+   interval alone, and a verdict whose whole interval lies below its `partly` cut (every resample `not
+   supported`, so step 3c gives `not supported`) stays `not supported` whatever a variant says. A threshold the
+   measurement fixed (one δ counted under `--quick`, only 20 controls were drawn, a grid of settings) cannot be
+   re-decided from the same numbers: the claim names it in `fixed` with the reason, and the sensitivity records
+   it as not varied (`verdict: None`, `not_varied: REASON`), never silently.
 5. **Descriptive** claims (the paper states a condition, not a frequency) get `descriptive`: the measurement
    and its interval, no verdict.
 """
@@ -185,9 +192,11 @@ def percentile_interval(values: np.ndarray, estimate: float) -> tuple[float, flo
     return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
-def deciding(effects: Effects) -> Effects:
-    """The effects a decision may read: every one but p-values (reported, never deciding)."""
-    return {name: value for name, value in effects.items() if "p_value" not in name}
+def deciding(effects: Effects, names: tuple[str, ...] | None = None) -> Effects:
+    """The effect fields a decision may read: the declared `names` (those `effects` returned), or, with none
+    declared, every field `effects` returned. Reading any other field (a p-value, say) raises KeyError, however
+    the field is spelled."""
+    return dict(effects) if names is None else {name: effects[name] for name in names if name in effects}
 
 
 def too_few(claim: str, model: str, what: str, n: int, needed: int, evidence: dict | None = None,
@@ -215,20 +224,22 @@ def judge(
     crossed: bool = False,
     seed: int = 0,
     n_boot: int = N_BOOT,
+    decides_on: tuple[str, ...] | None = None,
 ) -> Verdict:
     """The verdict of one claim by the steps of this module.
 
     `units`: arrays whose first axis (with `crossed`, first two axes) is the resampling unit (see `resamples`),
     or empty for an exact test (no interval; `over` then says why); `effects(units, thresholds)` → `{name:
     value}` (the first is the primary effect, whose interval is reported); `decide(effects, thresholds)` →
-    verdict, called without p-values. `min_units`: the fewest units (with `crossed`: (windows, draws)) a
+    verdict, called with the effect fields named in `decides_on` only (default: every field of `effects`; p-values
+    belong in `evidence`, which `decide` never sees). `min_units`: the fewest units (with `crossed`: (windows, draws)) a
     verdict needs, else `not measurable here: too few OVER`. Every threshold is varied (`fractions` on the odds
     scale) but where `fixed` says why not (`threshold_sensitivity`). `evidence` joins the effects in the record.
     """
     thresholds, fixed = dict(thresholds), dict(fixed or {})
     base = dict(evidence or {})
     if not units:  # an exact test: no resampling unit, no interval
-        return _exact(claim, model, effects, decide, thresholds, fractions, fixed, base, over)
+        return _exact(claim, model, effects, decide, thresholds, fractions, fixed, base, over, decides_on)
     if min_units is None:
         raise ValueError(f"{claim}: a verdict over units needs a stated minimum (min_units)")
     shape = next(iter(units.values())).shape
@@ -248,12 +259,12 @@ def judge(
     if descriptive:
         return Verdict(claim, model, DESCRIPTIVE, record, thresholds, "the paper states a condition, not a frequency: "
                        "measured, not judged", interval=interval)  # fmt: skip
-    verdict = decide(deciding(point), thresholds)
-    if verdict == NOT_MEASURABLE:
-        return Verdict(claim, model, verdict, record, thresholds, point_reason(point), interval=interval)
-    verdict, reason = capped(verdict, [decide(deciding(e), thresholds) for e in resampled_effects])
-    sensitivity = threshold_sensitivity(units, effects, decide, thresholds, fractions, fixed)
-    verdict, reason = sensitive_verdict(verdict, reason, decide(deciding(point), thresholds), sensitivity)
+    point_verdict = decide(deciding(point, decides_on), thresholds)
+    if point_verdict == NOT_MEASURABLE:
+        return Verdict(claim, model, point_verdict, record, thresholds, point_reason(point), interval=interval)
+    verdict, reason = capped(point_verdict, [decide(deciding(e, decides_on), thresholds) for e in resampled_effects])
+    sensitivity = threshold_sensitivity(units, effects, decide, thresholds, fractions, fixed, decides_on)
+    verdict, reason = sensitive_verdict(verdict, reason, point_verdict, sensitivity)
     return Verdict(claim, model, verdict, record, thresholds, reason, interval=interval, sensitivity=sensitivity)
 
 
@@ -266,7 +277,8 @@ def scaled_threshold(value: float, scale: float, fraction: bool) -> float:
 
 
 def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, fractions=(),
-                          fixed: Mapping[str, str] | None = None) -> list[dict]:  # fmt: skip
+                          fixed: Mapping[str, str] | None = None,
+                          decides_on: tuple[str, ...] | None = None) -> list[dict]:  # fmt: skip
     """The point verdict with every threshold halved and doubled, one at a time (the names in `fractions` on the
     odds scale).
 
@@ -286,7 +298,7 @@ def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, frac
                 continue
             changed = thresholds | {name: value}
             out.append({"threshold": name, "scale": scale, "value": value,
-                        "verdict": decide(deciding(effects(units, changed)), changed)})  # fmt: skip
+                        "verdict": decide(deciding(effects(units, changed), decides_on), changed)})  # fmt: skip
     for name, why in fixed.items():
         if name not in thresholds and name.split("×")[0] not in thresholds:
             out.append({"threshold": name, "scale": None, "value": None, "verdict": None, "not_varied": why})
@@ -294,14 +306,14 @@ def threshold_sensitivity(units, effects, decide: Decide, thresholds: dict, frac
 
 
 def _exact(claim, model, effects, decide: Decide, thresholds: dict, fractions: tuple, fixed: dict, evidence: dict,
-           note: str) -> Verdict:  # fmt: skip
+           note: str, decides_on: tuple[str, ...] | None) -> Verdict:  # fmt: skip
     """A claim decided by an exact computation (closed forms, certificates on every token): no interval."""
     point = effects({}, thresholds)
-    verdict = decide(deciding(point), thresholds)
+    verdict = decide(deciding(point, decides_on), thresholds)
     record = evidence | point | {"interval_note": note}
     if verdict == NOT_MEASURABLE:
         return Verdict(claim, model, verdict, record, thresholds, point_reason(point))
-    sensitivity = threshold_sensitivity({}, effects, decide, thresholds, fractions, fixed)
+    sensitivity = threshold_sensitivity({}, effects, decide, thresholds, fractions, fixed, decides_on)
     verdict, reason = sensitive_verdict(verdict, "", verdict, sensitivity)
     return Verdict(claim, model, verdict, record, thresholds, reason, sensitivity=sensitivity)
 
@@ -312,13 +324,21 @@ def point_reason(effects: Effects) -> str:
 
 
 def sensitive_verdict(verdict: str, reason: str, point: str, sensitivity: list[dict]) -> tuple[str, str]:
-    """`partly: depends on NAME` when halving or doubling a threshold changes the point verdict."""
+    """The verdict after the sensitivity step, which may annotate or weaken a verdict but never raise it.
+
+    A varied threshold whose point verdict differs from `point` is named: a `supported` verdict becomes `partly`
+    ("depends on NAME (NAME: partly at VALUE)"); a `partly` or `not supported` verdict keeps its word and carries
+    the note "fragile: WORD at NAME = VALUE" (a variant may say `partly` where the stated thresholds say `not
+    supported`: that is recorded, never adopted)."""
     moved = {}
     for record in sensitivity:
         if record["verdict"] in _RANK and record["verdict"] != point:
-            moved.setdefault(record["threshold"], []).append(f"{record['verdict']} at {record['value']:.3g}")
+            moved.setdefault(record["threshold"], []).append((record["verdict"], record["value"]))
     if not moved or verdict not in _RANK:
         return verdict, reason
-    words = "; ".join(f"{name}: {', '.join(where)}" for name, where in moved.items())
-    note = f"depends on {', '.join(moved)} ({words})"
-    return PARTLY, "; ".join(part for part in (reason, note) if part)
+    if verdict == SUPPORTED:
+        words = "; ".join(f"{name}: {', '.join(f'{v} at {x:.3g}' for v, x in where)}" for name, where in moved.items())
+        verdict, note = PARTLY, f"depends on {', '.join(moved)} ({words})"
+    else:
+        note = "fragile: " + "; ".join(f"{v} at {name} = {x:.3g}" for name, where in moved.items() for v, x in where)
+    return verdict, "; ".join(part for part in (reason, note) if part)

@@ -22,27 +22,31 @@ from sinkscope.reproduction.verdicts import (
     too_few,
 )
 
-WEIGHTS_LOW_RANK = {"min_effect": 0.2, "rank_max": 2.0, "epsilon": 0.3}
+WEIGHTS_LOW_RANK = {"min_effect": 0.2, "rank_max": 2.0, "epsilon": 0.3, "partly_rank_frac": 0.5}
 WEIGHTS_ALIGNMENT = {"min_effect": 0.2, "rank1_score": 0.5, "epsilon": 0.3, "middle_margin": 0.25}
 WIDER_BAND = ("the p̂/q̂ scores exist only where the certificates ran (depth ¼ … ¾): a wider band needs another "
               "certificate pass")  # fmt: skip
 
 
 def weights_verdict(claim: str, model: str, values: Sequence[float], sink_score: Sequence[float],
-                    layers: Sequence[int], seed: int = 0, n_layers: int | None = None) -> Verdict:  # fmt: skip
+                    layers: Sequence[int], seed: int = 0, n_layers: int | None = None,
+                    head_dim: int | None = None) -> Verdict:  # fmt: skip
     """Claims `weights_low_rank` (sink heads' W_QK effective rank lower than other heads' of the same layer, and
-    near the rank 1 the claim names: median ≤ `rank_max`) and `weights_bos_alignment` (sink heads' signed p̂/q̂
+    near the rank 1 the claim names: median ≤ `rank_max`; partly needs the level too: median ≤
+    `partly_rank_frac` × `head_dim`, the largest rank W_QK of one head can have) and `weights_bos_alignment` (sink heads' signed p̂/q̂
     score higher within layers, and near the ≈ 1 of a rank-1 reading: median ≥ `rank1_score`).
 
     Sink heads: mean sink score α > `epsilon` (the head class `sink` at ε = 0.3; booleans read as α 0 or 1).
     Effect: the standardised within-layer difference in the claimed direction (`reproduction.strata`).
-    Supported: ≥ `min_effect` and the sink heads' level as the claim names it; partly: ≥ `min_effect` only;
-    else not supported. Interval over heads resampled within layers; the within-layer permutation p-value is
+    Supported: ≥ `min_effect` and the sink heads' level as the claim names it; partly: ≥ `min_effect` (and, for
+    the low rank, the sink heads' median at most `partly_rank_frac` of `head_dim`); else not supported. Interval over heads resampled within layers; the within-layer permutation p-value is
     reported, never deciding. Needs ≥ `MIN_STRATA` layers holding both classes.
     `n_layers` (the alignment claim): the model's depth, so that the middle band (`middle_margin`) can be
     narrowed in the sensitivity; it cannot be widened beyond the layers that were scored."""
     lower = claim == "weights_low_rank"
     thresholds = dict(WEIGHTS_LOW_RANK if lower else WEIGHTS_ALIGNMENT)
+    if lower and head_dim is None:
+        raise ValueError("weights_low_rank needs the head dimension (head_dim): the level of a low rank is relative to it")
     fixed = {}
     if lower or n_layers is None:
         thresholds.pop("middle_margin", None)
@@ -76,13 +80,18 @@ def weights_verdict(claim: str, model: str, values: Sequence[float], sink_score:
         if not math.isfinite(e["effect_within_layers"]):
             return NOT_MEASURABLE
         level = (e["median_sink_heads"] <= th["rank_max"]) if lower else (e["median_sink_heads"] >= th["rank1_score"])
-        if e["effect_within_layers"] >= th["min_effect"]:
-            return SUPPORTED if level else PARTLY
-        return NOT_SUPPORTED
+        if e["effect_within_layers"] < th["min_effect"]:
+            return NOT_SUPPORTED
+        if level:
+            return SUPPORTED
+        return PARTLY if not lower or e["median_sink_heads"] <= th["partly_rank_frac"] * head_dim else NOT_SUPPORTED
 
     evidence["p_value_within_layers"] = within_layer_permutation_p(values, is_sink, layers, greater=not lower, seed=seed)
     evidence["max_value"] = float(values.max())
+    if lower:
+        evidence["head_dim"] = int(head_dim)
     units = {"values": values, "scores": scores, "layers": layers}
     return judge(claim, model, units, effects, decide, thresholds, over="heads", min_units=2 * MIN_STRATA,
                  strata=layers, seed=seed, evidence=evidence, fixed=fixed,
-                 fractions=() if lower else ("rank1_score", "middle_margin"))  # fmt: skip
+                 fractions=("partly_rank_frac",) if lower else ("rank1_score", "middle_margin"),
+                 decides_on=("effect_within_layers", "median_sink_heads"))  # fmt: skip
