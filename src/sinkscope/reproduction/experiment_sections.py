@@ -182,7 +182,7 @@ def assumption_evidence(lm: LoadedModel, batches, tau: float = 0.1, delta: float
         for ids in batches:
             B, T = ids.shape
             values, rows, z_in, batch_spectra = _layer_capture(lm, ids, modules)
-            batch_heads, batch_curves, batch_rank, batch_distance = [], np.zeros((B, L), int), np.zeros((B, L))
+            batch_heads, batch_curves, batch_rank, batch_distance = [], [], np.zeros((B, L), int), np.zeros((B, L))
             for layer in range(L):
                 attn = torch.zeros(B, H, T, T, device=lm.device)
                 norms = torch.zeros(B, H, T, device=lm.device)
