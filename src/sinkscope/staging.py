@@ -30,7 +30,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.locking import CREATED, busy, describe, held, recover, temporary_file, temporary_prefix
+from sinkscope.locking import (
+    CREATED,
+    busy,
+    describe,
+    held,
+    host_tag,
+    lock_file,
+    recover,
+    temporary_file,
+    temporary_prefix,
+)
 from sinkscope.ownership import foreign_entries, is_page, kind_of, read_marker, write_marker
 
 _PLAIN = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,63}")
@@ -46,7 +56,36 @@ def output_path(text: str | Path, what: str = "--out") -> Path:
         path = Path(os.path.abspath(path))
     if path.name == "":
         raise SinkscopeError(f"{what} {text} is the root folder; name a folder inside it, e.g. {what} /tmp/run")
+    _check_name_fits(path, what)
     return path
+
+
+def _name_limit(path: Path) -> int:
+    """The longest file name the file system under `path` takes (its nearest existing folder's NAME_MAX)."""
+    folder = Path(os.path.abspath(path)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _check_name_fits(path: Path, what: str) -> None:
+    """Refuse, before any work, a name too long for the file system once sinkscope's siblings of it are named: the
+    lock `.NAME.lock`, the staging names `.NAME.partial-PID@TAG-old-XXXXXXXX` and `.NAME.tmp-PID@TAG`, and
+    `NAME.unsaved-TIME-PID` (where a finished result is kept when its place was taken)."""
+    name = Path(os.path.abspath(path)).name
+    siblings = (lock_file(path).name, temporary_prefix(path, old=True) + "X" * 8,
+                f".{name}.tmp-{os.getpid()}@{host_tag()}", f"{name}.unsaved-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    longest, limit = max(len(n.encode("utf-8", "surrogatepass")) for n in siblings), _name_limit(path)
+    if longest > limit:
+        over = longest - limit
+        raise SinkscopeError(
+            f"{what} {path}: the name {name[:40]}... is {len(name.encode('utf-8', 'surrogatepass'))} bytes long, and the "
+            f"names sinkscope writes beside it while saving need {over} byte(s) more than the {limit} this file system "
+            f"allows; choose a name at least {over} byte(s) shorter"
+        )
 
 
 def safe_name(text: str) -> str:

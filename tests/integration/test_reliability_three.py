@@ -308,6 +308,8 @@ def own_tiny(tmp_path):
 
 
 def test_resume_after_the_weights_changed_in_place_is_refused(own_tiny, tmp_path, capsys, monkeypatch, no_report):
+    import hashlib
+
     from .test_reliability import interrupt_after_checkpoints
 
     out = tmp_path / "long"
@@ -317,7 +319,7 @@ def test_resume_after_the_weights_changed_in_place_is_refused(own_tiny, tmp_path
         one_error(capsys, args, code=130)
     change_weights_in_place(own_tiny[0])
     line = one_error(capsys, [*args, "--resume"])
-    assert "belongs to a different analysis (model.weights.model.safetensors:" in line, line
+    assert "belongs to a different analysis (model.weights.files.model.safetensors:" in line, line
     assert not out.exists()
     # a path given as ./corpus.txt where the checkpoint recorded corpus.txt is the same file (item 16)
     args = [a if a != str(own_tiny[1]) else "corpus.txt" for a in args]
@@ -327,9 +329,8 @@ def test_resume_after_the_weights_changed_in_place_is_refused(own_tiny, tmp_path
         interrupt_after_checkpoints(patch, 1)
         one_error(capsys, args, code=130)
     assert main([*[a if a != "corpus.txt" else "./corpus.txt" for a in args], "--resume"]) == 0
-    weights = json.loads((out / "run.json").read_text())["model"]["weights"]["model.safetensors"]
-    stat = (own_tiny[0] / "model.safetensors").stat()
-    assert weights == [stat.st_size, stat.st_mtime_ns]  # recorded in run.json
+    weights = json.loads((out / "run.json").read_text())["model"]["weights"]["files"]["model.safetensors"]
+    assert weights == hashlib.sha256((own_tiny[0] / "model.safetensors").read_bytes()).hexdigest()  # in run.json
 
 
 def test_a_sweep_rerun_recomputes_cells_whose_corpus_or_model_changed(own_tiny, tmp_path, capsys):
@@ -345,8 +346,9 @@ def test_a_sweep_rerun_recomputes_cells_whose_corpus_or_model_changed(own_tiny, 
     capsys.readouterr()
     assert main([*args, "--seq-lens", "8,10"]) == 0  # a new T in the same rerun
     err = capsys.readouterr().err
-    assert "T=8: its model's weights or its corpus's text changed since it was computed: recomputing" in err
-    digest = hashlib.sha256(corpus.name.encode() + b"\0" + corpus.read_bytes()).hexdigest()
+    assert "T=8: its inputs changed since it was computed (corpus.sha256 changed): recomputing" in err
+    content = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    digest = hashlib.sha256(f"{corpus.name}\0{content}\0".encode()).hexdigest()  # name and content of each file
     for cell in (out / "cells").iterdir():  # every cell of the table was computed on the text now in the file
         assert json.loads((cell / "run.json").read_text())["sweep_cell"]["content"]["corpus"]["sha256"] == digest
     change_weights_in_place(model)

@@ -171,7 +171,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report", "theory", "functional"),
     ("models", "corpus"),
     ("staging", "provenance", "threads"),
-    ("locking",),
+    ("identity", "locking"),
     ("ownership",),
     ("errors",),
 )

@@ -115,29 +115,6 @@ def check_text(text: object, what: str = "text") -> str:
     return text
 
 
-def source_identity(source: str) -> dict:
-    """What a corpus's text is, by content, for deciding whether a finished result may be reused: for a file or a
-    folder of files, sha256 over each file's relative name and bytes (and their count); for a builtin or `hf:`
-    source, its name (their text is fixed by the release)."""
-    import hashlib
-
-    try:
-        path = Path(source).expanduser()
-        exists = path.exists()
-    except (ValueError, RuntimeError, OSError):
-        exists = False
-    if source in TOKEN_CONTROLS or source.startswith(("builtin:", "hf:")) or not exists:
-        return {"source": source}
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.relative_to(path) if file != path else file.name}\0".encode("utf-8", "surrogatepass"))
-        with open(file, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(chunk)
-    return {"sha256": digest.hexdigest(), "files": len(files)}
-
-
 def decode_text(data: bytes, path: Path, *, warn: bool = True) -> str:
     """The bytes of file `path` (from its start) as UTF-8 text, bytes that do not decode replaced by U+FFFD.
 

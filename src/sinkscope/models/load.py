@@ -7,7 +7,6 @@ file's sha256, so the next load reads plain safetensors. Weights are only ever r
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -18,6 +17,7 @@ import torch
 from torch import nn
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.identity import cache_root, content_sha256, model_identity
 from sinkscope.locking import CREATED, held, recover, temporary_prefix
 from sinkscope.models.embedded import DEFAULT_MODEL, EMBEDDED, EmbeddedModel, embedded_installed  # noqa: F401
 from sinkscope.models.families import Family, HeadLayout, decoder_layers, family_for, head_layout
@@ -63,17 +63,10 @@ class LoadedModel:
         return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def cache_root() -> Path:
-    """Where dequantized GGUF models are cached: `$SINKSCOPE_CACHE`, else `~/.cache/sinkscope`."""
-    return Path(os.environ.get("SINKSCOPE_CACHE", Path.home() / ".cache" / "sinkscope"))
-
-
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """sha256 of a file's bytes, hashed once per version of the file (`identity.content_sha256`: a GGUF file is read
+    once, not on every load)."""
+    return content_sha256(path)
 
 
 def _dequantized_gguf(path: Path, sha256: str) -> Path:
@@ -126,24 +119,11 @@ def _dequantized_gguf(path: Path, sha256: str) -> Path:
 
 
 def weights_identity(name_or_path: str) -> dict:
-    """What a model's weights are, without loading it, recorded in run.json and compared before a result is reused
-    (resume, sweep cells): size and mtime (ns) of each weight, index and config file of a model directory or of a
-    `.gguf` file; the pinned sha256 of an embedded model; {} for a hub id (its cache is content-addressed)."""
-    if name_or_path in EMBEDDED:
-        return {"sha256": EMBEDDED[name_or_path].sha256}
-    try:
-        path = Path(name_or_path).expanduser()
-        kind = "file" if path.is_file() else "dir" if path.is_dir() else None
-    except (ValueError, RuntimeError, OSError):  # a NUL byte, `~user` of no user: a hub id or no model at all
-        kind = None
-    if kind == "file":
-        files = [path]
-    elif kind == "dir":
-        files = sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".gguf", ".bin")
-                       or p.name in ("config.json", "model.safetensors.index.json")))  # fmt: skip
-    else:
-        return {}
-    return {file.name: [file.stat().st_size, file.stat().st_mtime_ns] for file in files}
+    """What a model is, by content, without loading it (`identity.model_identity`: the sha256 of each weight, index,
+    config and tokenizer file of a model folder, of a `.gguf` file, or the pinned sha256 of an embedded model),
+    recorded in run.json and compared before a result is reused (resume, sweep cells, reproduce sections)."""
+    entry = EMBEDDED.get(name_or_path)
+    return model_identity(name_or_path, entry.sha256 if entry is not None else None)
 
 
 def _cache_error(target: Path, err: OSError) -> str:

@@ -166,12 +166,21 @@ def _same_epsilons(settings: dict) -> dict:
 
 
 def cell_content(model: str, corpus: str) -> dict:
-    """The content of a cell's inputs: its model's weight files and its corpus's text (`weights_identity`,
-    `source_identity`), so a rerun after either changed recomputes the cell instead of reusing it."""
-    from sinkscope.corpus.sources import source_identity
+    """The content of a cell's inputs: its model (weights, config and tokenizer files) and its corpus's text
+    (`models.load.weights_identity`, `identity.corpus_identity`), so a rerun after either changed recomputes the cell
+    instead of reusing it."""
+    from sinkscope.identity import corpus_identity
     from sinkscope.models.load import weights_identity
 
-    return {"weights": weights_identity(model), "corpus": source_identity(corpus)}
+    return {"model": weights_identity(model), "corpus": corpus_identity(corpus)}
+
+
+def content_change(directory: Path, content: dict) -> str:
+    """What changed in a finished cell's inputs since it was computed ('model.files.tokenizer.json changed'), for
+    the line that says why it is computed again."""
+    from sinkscope.identity import describe_changes
+
+    return describe_changes((_saved_settings(directory) or {}).get("content"), content)
 
 
 def cell_rows(meta: dict, epsilons: tuple[float, ...], cell: str) -> list[dict]:
@@ -226,7 +235,8 @@ def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], pr
             echo(f"{label}: finished before, skipped")
         else:
             if (directory / "run.json").is_file():
-                echo(f"{label}: its model's weights or its corpus's text changed since it was computed: recomputing")
+                change = content_change(directory, contents[cell[:2]])
+                echo(f"{label}: its inputs changed since it was computed ({change}): recomputing")
             if loaded != model:  # each model loads once, for its first missing cell (whichever that is)
                 started = time.perf_counter()
                 lm, loaded = load_model(model, device=config.device, dtype=config.dtype), model

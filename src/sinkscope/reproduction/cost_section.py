@@ -13,7 +13,7 @@ import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.files import is_fresh, log, swapped_directory, write_key
-from sinkscope.reproduction.sections import Section, model_directory, read_table
+from sinkscope.reproduction.sections import Section, inputs, model_directory, read_table
 
 if TYPE_CHECKING:
     from sinkscope.models.load import LoadedModel
@@ -52,7 +52,7 @@ def cost_layers_section(name: str, config: ReproduceConfig, out: Path) -> Sectio
     """Exact nuclear-norm sink and diagonal costs (SPEC §6) on raw attention inputs of real windows of `T + 1`
     tokens (z_0 = BOS) for each T of `cost_contexts`, every `cost_layer_stride`-th layer (`real_layer_costs`)."""
     c = config
-    key = {"section": "cost-layers", "model": name, "corpus": c.corpora[0], "contexts": list(c.cost_contexts),
+    key = {"section": "cost-layers", **inputs(name, c.corpora[0]), "contexts": list(c.cost_contexts),
            "windows": c.cost_windows, "stride": c.cost_layer_stride, "seed": c.seed, "dtype": c.dtype,
            "version": 2}  # fmt: skip
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.files import is_fresh, log, swapped_directory, write_key
-from sinkscope.reproduction.sections import Section, model_directory, read_arrays, read_table
+from sinkscope.reproduction.sections import Section, inputs, model_directory, read_arrays, read_table
 
 if TYPE_CHECKING:
     from sinkscope.models.load import LoadedModel
@@ -74,7 +74,7 @@ def eviction_section(name: str, config: ReproduceConfig, out: Path) -> Section:
     """Keep-the-sink losses on `ablation_windows` windows of the first corpus (`eviction_losses`)."""
     c = config
     T, window = eviction_shape(c)
-    key = {"section": "evict", "model": name, "corpus": c.corpora[0], "seq_len": T, "window": window,
+    key = {"section": "evict", **inputs(name, c.corpora[0]), "seq_len": T, "window": window,
            "windows": c.ablation_windows, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
@@ -96,7 +96,7 @@ def dense_section(name: str, config: ReproduceConfig, out: Path) -> Section:
     (`dense_cosines.parquet`: window, layer, head (−1: the layer), lam, cos)."""
     c = config
     stride = c.smoothing_layer_stride
-    key = {"section": "dense", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "dense", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": c.ablation_windows, "lambdas": [1.0], "seed": c.seed, "dtype": c.dtype, "version": 1,
            **({"layer_stride": stride} if stride != 1 else {})}  # fmt: skip
 
@@ -119,7 +119,7 @@ def prevalence_section(name: str, config: ReproduceConfig, out: Path) -> Section
     """Head classes per window (ε = 0.3) on `experiment_windows` windows of the first corpus
     (`prevalence_windows.parquet`)."""
     c, n_windows = config, experiment_windows(config)
-    key = {"section": "prevalence", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "prevalence", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": n_windows, "epsilon": 0.3, "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
@@ -210,7 +210,7 @@ def assumptions_section(name: str, config: ReproduceConfig, out: Path) -> Sectio
     """`assumption_evidence` on `experiment_windows` windows of the first corpus (the windows of its switch section
     but under `--quick`)."""
     c, n_windows = config, experiment_windows(config)
-    key = {"section": "switch-assumptions", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "switch-assumptions", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": n_windows, "seed": c.seed, "dtype": c.dtype, "switch_tau": c.switch_tau,
            "version": 2}  # fmt: skip
 

@@ -8,19 +8,29 @@ option added after the stamp was written) matches when its value now is the fiel
 later with a default that keeps the old behaviour changes no key, while changing a default leaves every stamp that
 recorded the old value stale. The one case left to the developer: an option added with one default whose default
 later changes — stamps written before the option existed read as its current default.
+
+The model and corpus a section reads enter its key as their identity by content (`sinkscope.identity`): a model's
+weights, config and tokenizer files, a corpus's text, and their resolved paths. The stamp also lists every file the
+section stored, with its size and sha256, so a section whose files were deleted or cut short since is computed
+again (one line says so) instead of failing on read. The stamp and the section's ownership record are each
+replaced whole (staged beside the folder, then renamed), the record first: a kill between the two leaves a folder
+that is stale and still sinkscope's, never one that no rerun may replace.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sinkscope.ownership import register
+from sinkscope.identity import describe_changes
+from sinkscope.locking import temporary_file
+from sinkscope.ownership import MARKER, foreign_entries, read_marker
 from sinkscope.staging import staged_directory
 
 
@@ -89,18 +99,98 @@ def _matches(stamp, key) -> bool:
     return stamp == _json(key)
 
 
-def is_fresh(directory: Path, key: dict) -> bool:
-    """Whether `directory` holds a finished section computed with these settings (`_matches` on its stamp)."""
-    stamp = directory / KEY_FILE
-    if not stamp.is_file():
-        return False
+def _stored_files(directory: Path) -> dict[str, list]:
+    """{relative path: [size, sha256]} of every file a section stored (its stamp and ownership record aside)."""
+    import hashlib
+
+    files = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        name = path.relative_to(directory).as_posix()
+        if name not in (KEY_FILE, MARKER):
+            files[name] = [path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()]
+    return files
+
+
+def _damaged(directory: Path, stored: dict) -> list[str]:
+    """The files of `stored` (`_stored_files` when the stamp was written) that are gone or differ now."""
+    import hashlib
+
+    damaged = []
+    for name, (size, sha256) in stored.items():
+        path = directory / name
+        if not path.is_file() or path.stat().st_size != size or hashlib.sha256(path.read_bytes()).hexdigest() != sha256:
+            damaged.append(name)
+    return damaged
+
+
+def _read_stamp(directory: Path) -> tuple[object, dict | None] | None:
+    """(the identity a stamp records, its stored files or None for a stamp written before they were listed), or None
+    when the stamp is damaged (not UTF-8 JSON), which is said in one line."""
     try:
-        return _matches(json.loads(stamp.read_text()), key)
-    except (OSError, json.JSONDecodeError):
+        stamp = json.loads((directory / KEY_FILE).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        log(f"{directory}: its stored key {KEY_FILE} is damaged ({type(err).__name__}): computing the section again")
+        return None
+    if isinstance(stamp, dict) and set(stamp) == {"identity", "stored"} and isinstance(stamp["stored"], dict):
+        return stamp["identity"], stamp["stored"]
+    return stamp, None
+
+
+def is_fresh(directory: Path, key: dict) -> bool:
+    """Whether `directory` holds a finished section computed with these settings on inputs of this content
+    (`_matches` on its stamp) whose stored files are all still there as written. A stale or damaged section gets
+    one line saying what changed; it is then computed again."""
+    if not (directory / KEY_FILE).is_file():
         return False
+    _recover_record(directory)
+    read = _read_stamp(directory)
+    if read is None:
+        return False
+    identity, stored = read
+    if not _matches(identity, key):
+        log(f"{directory}: stored with other inputs or settings ({describe_changes(identity, _normal(key))}): "
+            "computing it again")
+        return False
+    damaged = _damaged(directory, stored or {})
+    if damaged:
+        log(f"{directory}: stored files are missing or changed since they were written ({', '.join(damaged[:3])}): "
+            "computing the section again")
+        return False
+    return True
+
+
+def _replace_whole(path: Path, text: str) -> None:
+    """Write `path` (inside a section folder) whole: staged beside the folder (`.NAME.tmp-PID@TAG`, which the next
+    writer of the folder recovers), then renamed over `path`."""
+    staged = temporary_file(path.parent)
+    try:
+        staged.write_text(text, encoding="utf-8")
+        os.replace(staged, path)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+
+
+def _record(directory: Path) -> None:
+    """List the stamp in the folder's ownership record (whole, before the stamp exists: a kill in between leaves a
+    listed file missing, which a rerun may replace)."""
+    marker = read_marker(directory)
+    if marker is not None and KEY_FILE not in marker["entries"]:
+        _replace_whole(directory / MARKER, json.dumps({**marker, "entries": sorted({*marker["entries"], KEY_FILE})},
+                                                     indent=1))  # fmt: skip
+
+
+def _recover_record(directory: Path) -> None:
+    """A stamp that a kill left out of the folder's ownership record (written by a sinkscope that wrote the stamp
+    first) is listed now, when it is the only file the record lacks, so the section can be replaced again."""
+    if foreign_entries(directory) == [KEY_FILE]:
+        _record(directory)
 
 
 def write_key(directory: Path, key: dict) -> None:
-    """Mark `directory` as a finished section computed with `key` (written last, after the section is whole)."""
-    (directory / KEY_FILE).write_text(json.dumps(_normal(key), indent=2, sort_keys=True))
-    register(directory, KEY_FILE)  # listed in the section's ownership marker: a rerun may replace it
+    """Mark `directory` as a finished section computed with `key` (written last, after the section is whole): its
+    identity and the size and sha256 of every file it stored, recorded in its ownership marker first."""
+    stored = _stored_files(directory)
+    _record(directory)
+    _replace_whole(directory / KEY_FILE, json.dumps({"identity": _normal(key), "stored": stored}, indent=2,
+                                                    sort_keys=True))  # fmt: skip

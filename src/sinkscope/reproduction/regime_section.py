@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sinkscope.errors import SinkscopeError
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.files import is_fresh, log, write_key
 
@@ -44,11 +45,41 @@ def cells_by_init(cells: pd.DataFrame) -> dict[str, tuple[dict, dict]]:
     return out
 
 
+CELL_FIELDS = ("variant", "weight_decay", "init", "bos", "bos_mass", "diag_mass", "pattern", "agreement")
+
+
+def read_regime_map(directory: str | Path) -> pd.DataFrame:
+    """regime_cells.parquet of a regime map that `train-bb --grid regimes` wrote, checked to be one (readable, with
+    the columns `cells_by_init` reads); anything else is one line naming the file."""
+    path = Path(directory) / "regime_cells.parquet"
+    fix = "pass the --out of `sinkscope train-bb --grid regimes`, or train it again there"
+    try:
+        cells = pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises its own types on a file that is not parquet or is cut short
+        raise SinkscopeError(f"--regimes-from {directory}: {path} is not readable ({type(err).__name__}: "
+                             f"{str(err)[:160]}); {fix}") from None  # fmt: skip
+    missing = [name for name in CELL_FIELDS if name not in cells.columns]
+    if missing or cells.empty:
+        raise SinkscopeError(f"--regimes-from {directory}: {path} is not a regime map "
+                             f"({'it lacks ' + ', '.join(missing) if missing else 'it has no rows'}); {fix}")  # fmt: skip
+    return cells
+
+
+def regime_key() -> dict:
+    """What the regimes section is computed with: the quick grid and the base configuration every run starts from
+    (`synthetic.regimes.REGIME_BASE` over `RunConfig`'s defaults), so a change to either trains the map again."""
+    from sinkscope.synthetic.regimes import QUICK_GRID, REGIME_BASE
+    from sinkscope.synthetic.train import RunConfig
+
+    return {"section": "regimes", "grid": json.loads(json.dumps(QUICK_GRID.__dict__, default=list)),
+            "base": RunConfig().with_overrides(REGIME_BASE).to_dict()}  # fmt: skip
+
+
 def regime_runs(config: ReproduceConfig, out: Path) -> dict:
     """`{"inits": cells_by_init(...), "cells": table, "grid": ...}`, or `{"reason": why not measurable}`."""
     if config.regimes_from is not None:
         log(f"regimes: reading {config.regimes_from}")
-        cells = pd.read_parquet(Path(config.regimes_from) / "regime_cells.parquet")
+        cells = read_regime_map(config.regimes_from)
         return {"inits": cells_by_init(cells), "cells": cells, "source": config.regimes_from}
     if not config.regimes:
         return {"reason": "the regime map was switched off (regimes=False)"}
@@ -57,7 +88,7 @@ def regime_runs(config: ReproduceConfig, out: Path) -> dict:
     except (ImportError, AttributeError) as err:
         return {"reason": UNAVAILABLE.format(error=err)}
     directory = out / "regimes"
-    key = {"section": "regimes", "grid": json.loads(json.dumps(QUICK_GRID.__dict__, default=list))}
+    key = regime_key()
     if not is_fresh(directory, key):
         if config.quick:
             return {"reason": QUICK_REASON}

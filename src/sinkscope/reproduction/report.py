@@ -17,6 +17,7 @@ from sinkscope.report.plots import no_mathtext
 from sinkscope.reproduction.claim_texts import CLAIMS
 from sinkscope.reproduction.experiment_figures import CLAIM_FIGURES, claim_figures
 from sinkscope.reproduction.files import swapped_directory
+from sinkscope.staging import staged_file_bytes
 
 SECTIONS = (
     {
@@ -198,8 +199,8 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
     with swapped_directory(out / "figures") as staging:
         for name, png in figures.items():
             (staging / f"{name}.png").write_bytes(png)
-    (out / "verdicts.json").write_text(json.dumps(summary["verdicts"], indent=2, ensure_ascii=False))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
+    staged_file_bytes(out / "verdicts.json", json.dumps(summary["verdicts"], indent=2, ensure_ascii=False).encode())
+    staged_file_bytes(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False, default=str).encode())
     context = {
         "summary": summary,
         "sections": section_data(summary, table_names, figures),
@@ -210,4 +211,4 @@ def write_reports(out: Path, summary: dict, evidence: dict[str, dict], theory: p
         "model_note": model_note(summary["config"]["models"]),
     }
     for name, template in (("report.md", "reproduce.md.j2"), ("report.html", "reproduce.html.j2")):
-        (out / name).write_text(render_page(template, **context), encoding="utf-8")
+        staged_file_bytes(out / name, render_page(template, **context).encode("utf-8"))  # whole, or the old one stays

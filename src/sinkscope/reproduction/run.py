@@ -4,8 +4,10 @@ In order: the corpora are checked, the cost theory is computed (`reproduction.co
 sections is walked (`reproduction.plan`, the sections in `reproduction.sections`) and judged, the regime map is
 trained or read (`reproduction.regime_section`) and judged, and the reports are written.
 
-Layout of `out/` (every section directory carries `reproduce-key.json`, the settings it was computed with; a
-section whose key matches is read back instead of recomputed, so a rerun only does what is missing):
+Layout of `out/` (every section directory carries `reproduce-key.json`, the identity of what it was computed
+from: its inputs by content (`sinkscope.identity`) and its settings; a section whose key matches is read back
+instead of recomputed, so a rerun only does what is missing or changed, and says why). MODEL and CORPUS are
+`sections.slug` of the arguments: one plain folder each, distinct for distinct arguments:
 
     MODEL/analyze-CORPUS/   `sinkscope analyze` run (main corpora with the oversmoothing columns; anchors without)
     MODEL/ablate/           `sinkscope ablate` (sink-like and dormant heads vs random heads, zeroed)
@@ -34,8 +36,23 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from sinkscope.errors import SinkscopeError
 from sinkscope.reproduction.config import ANCHOR_CORPORA, ReproduceConfig
 from sinkscope.reproduction.files import log
+
+
+def check_folders(config: ReproduceConfig) -> None:
+    """Refuse, before any work, two models or two corpora whose folders would be one on a file system that ignores
+    case (`sections.slug` is distinct for distinct names, `Model` and `model` aside)."""
+    from sinkscope.reproduction.sections import slug
+
+    for what, names in (("--models", config.models), ("--corpora", (*config.corpora, *ANCHOR_CORPORA))):
+        folders: dict[str, str] = {}
+        for name in dict.fromkeys(names):
+            other = folders.setdefault(slug(name).casefold(), name)
+            if other != name:
+                raise SinkscopeError(f"{what} {other!r} and {name!r} would share one folder on a file system that "
+                                     "ignores case; rename one")  # fmt: skip
 
 
 def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
@@ -50,12 +67,15 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     from sinkscope.reproduction.experiment_sections import boundary_lab, cost_regimes_theory
     from sinkscope.reproduction.judge import judge_model, judge_theory
     from sinkscope.reproduction.plan import model_opener, model_plan, walk
-    from sinkscope.reproduction.regime_section import regime_runs
+    from sinkscope.reproduction.regime_section import read_regime_map, regime_runs
     from sinkscope.reproduction.report import write_reports
 
     out = Path(out)
     for corpus in dict.fromkeys((*config.corpora, *ANCHOR_CORPORA)):
         check_source(corpus)  # a missing corpus file fails before any model loads
+    check_folders(config)
+    if config.regimes_from is not None:
+        read_regime_map(config.regimes_from)  # a damaged map fails before any section is computed
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     theory = cost_theory(config, out)

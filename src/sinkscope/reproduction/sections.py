@@ -12,6 +12,8 @@ The exact layer costs are in `reproduction.cost_section`.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -23,9 +25,12 @@ import pandas as pd
 
 from sinkscope.reproduction.config import SINK_QUERY_DELTA, ReproduceConfig
 from sinkscope.reproduction.files import swapped_directory
+from sinkscope.staging import child, safe_name
 
 if TYPE_CHECKING:
     from sinkscope.models.load import LoadedModel
+
+_PLAIN = re.compile(r"[a-z0-9]+")  # the names of the built-in corpora
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,14 +46,31 @@ class Section:
     load: Callable[[Path], Any]
 
 
-def slug(corpus: str) -> str:
-    """A directory-safe name for a corpus source: builtin:prose → builtin-prose."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in corpus).strip("-") or "corpus"
+def slug(text: str) -> str:
+    """One plain folder name for a model or corpus argument, distinct for distinct arguments (`staging.safe_name`:
+    the argument itself when plain, else its plain characters and a digest: `sub/c.txt` → `sub-c.txt-<digest>`, never
+    `..`). A built-in corpus is `builtin-NAME` (builtin:prose → builtin-prose), a name no other argument gets: a plain
+    argument starting with `builtin-` (a folder of the user's) gets a digest too."""
+    if text.startswith("builtin:") and _PLAIN.fullmatch(text.removeprefix("builtin:")):
+        return f"builtin-{text.removeprefix('builtin:')}"
+    name = safe_name(text)
+    if name.casefold().startswith("builtin-") and name == text:
+        name = f"{name[:40]}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+    return name
 
 
 def model_directory(out: Path, name: str) -> Path:
-    """`out/MODEL/`: the directory of one model's sections."""
-    return out / slug(name)
+    """`out/MODEL/`: the directory of one model's sections, always one folder inside `out` (`slug`)."""
+    return child(out, slug(name))
+
+
+def inputs(name: str, corpus: str | None = None) -> dict:
+    """The key fields of a section's inputs, by content (`sinkscope.identity`): the model `name` and, when it reads
+    one, `corpus`."""
+    from sinkscope.identity import corpus_identity
+    from sinkscope.models.load import weights_identity
+
+    return {"model": weights_identity(name)} | ({} if corpus is None else {"corpus": corpus_identity(corpus)})
 
 
 def read_arrays(directory: Path, name: str) -> dict[str, np.ndarray]:
@@ -71,7 +93,7 @@ def analysis_section(name: str, config: ReproduceConfig, out: Path, corpus: str,
     c = config
     n_windows = c.windows if smoothing else c.anchor_windows
     analyze_config = AnalyzeConfig(geometry_cap=c.geometry_cap, seed=c.seed)
-    key = {"section": "analyze", "model": name, "corpus": corpus, "seq_len": c.seq_len,
+    key = {"section": "analyze", **inputs(name, corpus), "seq_len": c.seq_len,
            "windows": n_windows, "smoothing": smoothing, "config": analyze_config, "dtype": c.dtype,
            "smoothing_layer_stride": c.smoothing_layer_stride if smoothing else None}  # fmt: skip
 
@@ -106,7 +128,7 @@ def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Sect
     draws = c.random_draws if mode == "zero" else c.bos_draws
     ablate_config = AblateConfig(selections=selections, fractions=(c.ablation_fraction,), mode=mode,
                                  n_random=draws, seed=c.seed, from_run=str(scores.directory))  # fmt: skip
-    key = {"section": "ablate", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "ablate", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": c.ablation_windows, "config": replace(ablate_config, from_run="analysis"),
            "scores": scores.key, "dtype": c.dtype}  # fmt: skip
     if mode == "zero":
@@ -134,7 +156,7 @@ def sink_query_section(name: str, config: ReproduceConfig, out: Path, scores: Se
     """The most hard-sink heads of the analysis `scores` zeroed on their sink queries only, vs the same heads on as
     many non-sink queries and matched random head-and-query sets, per window (`reproduction.sink_query`)."""
     c = config
-    key = {"section": "sink-queries", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "sink-queries", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": c.ablation_windows, "fraction": c.ablation_fraction, "draws": c.random_draws,
            "seed": c.seed, "scores": scores.key, "dtype": c.dtype, "version": 2}  # fmt: skip
 
@@ -163,7 +185,7 @@ def ablation_sensitivity_section(name: str, config: ReproduceConfig, out: Path, 
     from sinkscope.reproduction.ablation_variants import VARIANT_SCALES
 
     c = config
-    key = {"section": "ablate-sensitivity", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "ablate-sensitivity", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": c.ablation_windows, "fraction": c.ablation_fraction, "delta": SINK_QUERY_DELTA,
            "scales": list(VARIANT_SCALES), "draws": c.sensitivity_draws, "seed": c.seed, "scores": scores.key,
            "dtype": c.dtype, "version": 1}  # fmt: skip
@@ -189,7 +211,7 @@ def switch_section(name: str, config: ReproduceConfig, out: Path, corpus: str) -
     """Per-window switch curves over τ, switched-off queries by route and residual-stream cosines of a main
     corpus (`reproduction.switch_evidence`)."""
     c = config
-    key = {"section": "switch", "model": name, "corpus": corpus, "seq_len": c.seq_len,
+    key = {"section": "switch", **inputs(name, corpus), "seq_len": c.seq_len,
            "windows": c.windows, "seed": c.seed, "dtype": c.dtype, "switch_tau": c.switch_tau, "version": 4}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
@@ -212,7 +234,7 @@ def evidence_section(name: str, config: ReproduceConfig, out: Path, corpus: str,
     (`reproduction.evidence.window_evidence`)."""
     c = config
     n_windows = c.windows if corpus in c.corpora else c.anchor_windows
-    key = {"section": "evidence", "model": name, "corpus": corpus, "seq_len": c.seq_len, "windows": n_windows,
+    key = {"section": "evidence", **inputs(name, corpus), "seq_len": c.seq_len, "windows": n_windows,
            "delta_scales": list(delta_scales), "seed": c.seed, "dtype": c.dtype, "version": 1}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
@@ -234,7 +256,7 @@ def certificates_section(name: str, config: ReproduceConfig, out: Path) -> Secti
     random-token controls, and the p̂/q̂ weight alignment per head (`reproduction.evidence`); read back as the
     pair (certificates, alignment)."""
     c = config
-    key = {"section": "certificates", "model": name, "corpus": c.corpora[0], "seq_len": c.seq_len,
+    key = {"section": "certificates", **inputs(name, c.corpora[0]), "seq_len": c.seq_len,
            "windows": c.certificate_windows, "controls": c.certificate_controls, "seed": c.seed,
            "layer_stride": c.smoothing_layer_stride,
            "dtype": c.dtype, "version": 2}  # fmt: skip
@@ -260,7 +282,7 @@ def certificates_section(name: str, config: ReproduceConfig, out: Path) -> Secti
 
 def weights_section(name: str, config: ReproduceConfig, out: Path) -> Section:
     """Spectra of W_QK and W_VO per head (`reproduction.weights`)."""
-    key = {"section": "weights", "model": name, "dtype": config.dtype, "version": 1}
+    key = {"section": "weights", **inputs(name), "dtype": config.dtype, "version": 1}
 
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import default_bos_id

@@ -10,7 +10,8 @@ writes, in `out_dir`:
   accuracy, with 95% intervals over seeds (`switch_costs.switch_cost_table`);
 - `figures/phase_diagram.png` and `figures/wqk_costs.png` (`regime_figures`);
 - `regimes.json`: the base config and the grid (a list of grids for a union, `run_regimes`).
-Runs whose folder already holds a `summary.json` are reused unless `overwrite`, so an interrupted map resumes.
+A run whose folder already holds a `summary.json` is reused, unless `overwrite`, only when its `config.json` is the
+configuration asked for (`experiments.trained_with`), so an interrupted map resumes and a changed base trains again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ import pandas as pd
 import torch
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.synthetic.experiments import trained_with
 from sinkscope.synthetic.summary import cost_predictions, head_costs
 from sinkscope.synthetic.switch_costs import switch_cost_table
 from sinkscope.synthetic.train import RunConfig, build_model, load_trained_model, train_bb
@@ -253,9 +256,13 @@ def run_regimes(
     summaries: dict[tuple[str, int], dict[str, Any]] = {}
     todo = []
     for cell, seed, run_config, run_dir in jobs:
-        if (run_dir / "summary.json").is_file() and not overwrite:
+        finished = (run_dir / "summary.json").is_file() and not overwrite
+        if finished and trained_with(run_dir, run_config):
             summaries[cell, seed] = json.loads((run_dir / "summary.json").read_text())
         else:
+            if finished:
+                print(f"train-bb: {run_dir} was trained with another configuration (its config.json): training it "
+                      "again", file=sys.stderr)  # fmt: skip
             todo.append((cell, seed, run_config, run_dir))
 
     def done(cell: str, seed: int, summary: dict[str, Any]) -> None:
