@@ -13,6 +13,8 @@
 - the top secondary-sink tokens of each run (`tokens_section.top_sink_tokens`).
 
 Runs are named by the last part of their directory that tells them apart (`short_names`), never by a full path.
+A figure title wraps a long name to its panel's width and, past two lines, elides its middle (`fit_name`); the
+figure's caption and the legends keep it whole.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import PurePath
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
 
 from sinkscope.report.glossary import headers
 from sinkscope.report.page import cell_text, png_figure
@@ -33,6 +37,8 @@ MAX_DIFFERENCE_FIGURES = 6  # pairs of runs of one model drawn as per-head diffe
 MAX_STORED = 4096  # windows a run's windows.parquet holds (statistics/window_summary.py: MAX_WINDOWS)
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
+TITLE_SIZE = 9  # points, the per-head difference panels' titles
+TITLE_LINES = 2  # lines a run pair may take in such a title before its middle is elided
 NO_INTERVAL = "no interval: per-window data not stored"
 # Δ column → (summary key, the per-window column whose mean over windows is that summary number)
 DELTAS = {"Δ sink rate": "sink_rate", "Δ mean sink": "mean_sink_score", "Δ mean diag": "mean_diag_score"}
@@ -260,11 +266,49 @@ def difference_figure(reference: pd.DataFrame, other: pd.DataFrame, title: str) 
         image = ax.imshow(grid, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_title(f"{label}\n{title}", fontsize=9)  # the pair in each panel: no suptitle under the stamp
+        ax.set_title(label, fontsize=TITLE_SIZE)
         layer_ticks(ax, "x")
         layer_ticks(ax, "y")
         fig.colorbar(image, ax=ax, fraction=0.08, label=label)
+    fig.draw_without_rendering()  # the constrained layout sets each panel's width, which the names are fitted to
+    for ax, label in zip(axes, ("Δ sink score", "Δ diagonal score")):  # the pair in each panel: no suptitle
+        width = ax.get_window_extent().width * 72 / fig.dpi
+        ax.set_title(f"{label}\n{fit_name(title, width)}", fontsize=TITLE_SIZE)
     return fig
+
+
+def fit_name(name: str, width: float, size: float = TITLE_SIZE, lines: int = TITLE_LINES) -> str:
+    """`name` broken into lines at most `width` points wide at font size `size` (a line's width: the sum of its
+    characters' widths as matplotlib's font measures them), at most `lines` of them: a longer name keeps its start
+    and its end around "…", so two panels' titles never overprint; the figure's caption keeps the full name."""
+    font, measure, widths = FontProperties(size=size), TextToPath(), {}
+
+    def fits(text: str) -> bool:
+        for char in set(text) - widths.keys():
+            widths[char] = measure.get_text_width_height_descent(char, font, ismath=False)[0]
+        return sum(widths[char] for char in text) <= width
+
+    def wrapped(text: str) -> list[str]:
+        rows = []
+        while text:
+            low, high = 1, len(text)  # the longest start of `text` that fits (at least one character a row)
+            while low < high:
+                middle = (low + high + 1) // 2
+                low, high = (middle, high) if fits(text[:middle]) else (low, middle - 1)
+            rows.append(text[:low])
+            text = text[low:]
+        return rows
+
+    def elided(keep: int) -> str:
+        return name[: (keep + 1) // 2] + "…" + name[len(name) - keep // 2 :]
+
+    if len(rows := wrapped(name)) <= lines:
+        return "\n".join(rows)
+    low, high = 0, len(name) - 1  # the most characters of the name kept around "…" that fit in `lines` rows
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if len(wrapped(elided(middle))) <= lines else (low, middle - 1)
+    return "\n".join(wrapped(elided(low)))
 
 
 def difference_figures(runs: list, names: list[str]) -> list[dict]:
