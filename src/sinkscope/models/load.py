@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,9 @@ from sinkscope.models.embedded import DEFAULT_MODEL, EMBEDDED, EmbeddedModel, em
 from sinkscope.models.families import Family, HeadLayout, decoder_layers, family_for, head_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Converting a GGUF file to safetensors, seconds per MB of the file: SmolLM2-135M's 98 MB took 17 s on 2 CPUs at a
+# load of 6 (`make demo` on a fresh clone and an empty SINKSCOPE_CACHE).
+CONVERT_SECONDS_PER_MB = 0.2
 
 
 @dataclass
@@ -79,6 +83,7 @@ def _dequantized_gguf(path: Path, sha256: str) -> Path:
     target = root / "gguf" / sha256[:32]
     if (target / "model.safetensors").is_file() or (target / "model.safetensors.index.json").is_file():
         return target
+    print(first_use_line(path, target), file=sys.stderr, flush=True)  # before transformers' progress bars
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -116,6 +121,16 @@ def _dequantized_gguf(path: Path, sha256: str) -> Path:
                 raise
             raise SinkscopeError(_cache_error(target, err)) from None
     return target
+
+
+def first_use_line(gguf: Path, target: Path) -> str:
+    """What the first load of a GGUF file does, said before transformers' progress bars: a one-time conversion
+    into the cache, its expected time (`CONVERT_SECONDS_PER_MB` × the file's size) and where it goes."""
+    megabytes = gguf.stat().st_size / 1e6
+    seconds = max(5, round(megabytes * CONVERT_SECONDS_PER_MB, -1))
+    return (f"sinkscope: first use of {gguf.name} ({megabytes:.0f} MB): converting it once to float32 safetensors "
+            f"(about {seconds:.0f} s on a 2-core machine; several times the file's size on disk) into {target}; later loads "
+            "read that copy")  # fmt: skip
 
 
 def weights_identity(name_or_path: str) -> dict:
