@@ -66,7 +66,7 @@ class SinkscopeCallback(TrainerCallback):
         self.tokenizer = self.tokenizer if self.tokenizer is not None else processing_class
         self.parts = self._earlier_steps(state.global_step) if state.is_world_process_zero else []
         if self.at_start and state.global_step == 0:
-            self._analyse(model, state, control)
+            self._analyse(model, state, control, log=False)  # the Trainer logs nothing before step 1
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:
@@ -84,8 +84,9 @@ class SinkscopeCallback(TrainerCallback):
         if self.parts and state.is_world_process_zero:
             write_trajectory(pd.concat(self.parts, ignore_index=True), self.meta, self.out)
 
-    def _analyse(self, model: torch.nn.Module, state, control) -> None:
-        """One analysis of the probe at `state.global_step`, leaving the model's modes and every RNG as found."""
+    def _analyse(self, model: torch.nn.Module, state, control, log: bool = True) -> None:
+        """One analysis of the probe at `state.global_step`, leaving the model's modes and every RNG as found;
+        `log`: its scalars go out with this step's log."""
         lm = self._loaded(model)
         modes = [(module, module.training) for module in model.modules()]
         rng = random_states()
@@ -98,11 +99,12 @@ class SinkscopeCallback(TrainerCallback):
             restore_random_states(rng)
         step = int(state.global_step)
         summary = run.meta["summary"]
-        self.pending = {f"{PREFIX}{key}": float(summary[key]) for key in ("sink_rate", "mean_sink_score",
-                                                                           "mean_diag_score")}  # fmt: skip
-        self.pending |= {f"{PREFIX}sink_rate/layer_{int(r.layer)}": float(r.sink_rate)
-                         for r in run.layers.itertuples()}  # fmt: skip
-        control.should_log = True  # the scalars go out with this step's log
+        if log:
+            self.pending = {f"{PREFIX}{key}": float(summary[key]) for key in ("sink_rate", "mean_sink_score",
+                                                                               "mean_diag_score")}  # fmt: skip
+            self.pending |= {f"{PREFIX}sink_rate/layer_{int(r.layer)}": float(r.sink_rate)
+                             for r in run.layers.itertuples()}  # fmt: skip
+            control.should_log = True
         if not state.is_world_process_zero:
             return
         self.parts = [p for p in self.parts if p["step"].iloc[0] != step] + [
