@@ -117,10 +117,10 @@ def _costs(sink: np.ndarray, diagonal: np.ndarray, Ts: tuple[int, ...]) -> pd.Da
 
 
 def test_the_cost_layers_verdict_is_the_hand_counted_share_of_layers_where_the_sink_is_cheaper():
-    """4 windows × 3 layers at T = 8 and 16. T = 8: the sink cheaper on 2 of 3 layers in every window; T = 16:
+    """8 windows × 3 layers at T = 8 and 16. T = 8: the sink cheaper on 2 of 3 layers in every window; T = 16:
     cheaper on layer 0, the diagonal infeasible on layer 1 (the sink wins), neither solved on layer 2 (left
     out): 2 of 2. Mean share (2/3 + 1) / 2 = 5/6; worst T 2/3."""
-    Ts, windows = (8, 16), 4
+    Ts, windows = (8, 16), 8
     sink = np.ones((2, windows, 3))
     diagonal = np.full((2, windows, 3), 2.0)
     diagonal[0, :, 2] = 0.5  # T = 8, layer 2: the diagonal cheaper
@@ -136,7 +136,7 @@ def test_the_cost_layers_verdict_is_the_hand_counted_share_of_layers_where_the_s
         verdict.evidence["diagonal_infeasible"] == 2 * windows
         and verdict.evidence["sink_infeasible"] == windows
     )
-    # the ratio diag/sink over the pairs where both are solved: 2 (8 pairs), 0.5 (4), 2 (4) → median 2
+    # the ratio diag/sink over the pairs where both are solved: 2 (16 pairs), 0.5 (8), 2 (8) → median 2
     assert verdict.evidence["median_diag_over_sink"] == 2.0
     assert verdict.verdict == "partly"  # mean ≥ 0.5, but T = 8 below 1 − 0.2
 
