@@ -19,7 +19,7 @@ from sinkscope.threads import choose_threads, limit_blas_threads, pin
 # Module names under sinkscope.cli, in the order `--help` lists them.
 SUBCOMMANDS = ("models", "analyze", "sweep", "report", "export", "view", "ablate", "cost", "train_bb", "reproduce",
                "evict", "dense", "prevalence",
-               "switch_assumptions", "attribute", "cost_regimes", "kv_plan")
+               "switch_assumptions", "attribute", "cost_regimes", "kv_plan", "trajectory")
 
 
 def build_parser() -> argparse.ArgumentParser:

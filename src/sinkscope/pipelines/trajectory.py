@@ -4,8 +4,8 @@
 certificates) on one probe set of windows, the same token ids for every checkpoint, and stacks the per-head tables
 into `trajectory.parquet`: one row per (step, layer, head), a column per statistic of the heads table and, prefixed
 `layer_`, of the layers table. Each checkpoint is a cell, a run directory under `out/cells/checkpoint-<step>/`,
-reused only when its checkpoint's weight files, the probe's token ids and the settings are those it was computed
-with; an interrupted trajectory resumes at the first missing cell. The live `SinkscopeCallback`
+reused only when its checkpoint's content (weight, config and tokenizer files by sha256: `identity.model_identity`),
+the probe's token ids and the settings are those it was computed with; an interrupted trajectory resumes at the first missing cell. The live `SinkscopeCallback`
 (`sinkscope.integrations.transformers`) writes the same table, so one page (`write_trajectory`) draws both.
 
 The emergence step of a pattern in a head (`emergence`) is the first step from which its score stays above the
@@ -25,7 +25,7 @@ import pandas as pd
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.functional.head_classes import HeadThresholds
-from sinkscope.pipelines.trajectory_series import Checkpoint, tokenizer_digest
+from sinkscope.pipelines.trajectory_series import Checkpoint
 from sinkscope.staging import claimed_output, real_target, staged_file_bytes
 
 KEYS = ["step", "layer", "head"]
@@ -164,6 +164,7 @@ def _trajectory(series: list[Checkpoint], config: TrajectoryConfig, out: Path, p
                 echo: Callable[[str], None], command: str) -> pd.DataFrame:  # fmt: skip
     from transformers import AutoTokenizer
 
+    from sinkscope.identity import describe_changes
     from sinkscope.models.load import load_model, weights_identity
     from sinkscope.pipelines.analysis import analyze, check_seq_len
     from sinkscope.pipelines.run import Run
@@ -174,15 +175,14 @@ def _trajectory(series: list[Checkpoint], config: TrajectoryConfig, out: Path, p
     parts = []
     for index, checkpoint in enumerate(series):
         cell = out / "cells" / f"checkpoint-{checkpoint.step}"
-        key = {**settings, "weights": weights_identity(str(checkpoint.path)),
-               "tokenizer": tokenizer_digest(checkpoint.path)}  # fmt: skip
+        key = {**settings, "model": weights_identity(str(checkpoint.path))}  # weights, config, tokenizer by sha256
         label = f"[{index + 1}/{len(series)}] step {checkpoint.step}"
         saved = _cell_key(cell)
         if saved == key:
             echo(f"{label}: finished before, reused")
         else:
             if saved is not None:
-                echo(f"{label}: its checkpoint or the settings changed since it was computed: recomputing")
+                echo(f"{label}: {describe_changes(saved, key)} since it was computed: recomputing")
             lm = load_model(str(checkpoint.path), device=config.device, dtype=config.dtype)
             check_seq_len(lm, config.seq_len)
             run = analyze(lm, probe, config.analyze_config(), progress=progress)
