@@ -153,6 +153,7 @@ def _measurements(corpora: tuple[str, ...], W: int = 8, L: int = 4, H: int = 2, 
                               "hard_sink_frac": [0.4]})  # fmt: skip
         meta = {
             "config": {"tau": 0.1, "delta": 0.1},
+            "model": {"head_dim": 8},  # the level of weights_low_rank is read against it
             "corpus": {"windows": W + i},
             "summary": {"sink_rate": 0.1 * i, "sink_rate_of_mean": 0.2 * i, "mean_sink_score": 0.3 * i},
         }
