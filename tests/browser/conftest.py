@@ -2,11 +2,16 @@
 
 `open_page(path)` loads a sinkscope HTML file from `file://` and records every console error, page error and
 network request, so a test can assert that a self-contained page loaded cleanly.
+
+Where Chromium or Playwright is missing (`make test` could not install Chromium: no root, or apt failed), every
+browser test is skipped before its fixtures run, with the reason, and the session ends with one line naming how
+many browser tests were skipped and why; every other test still runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import shutil
 from collections.abc import Callable, Iterator
@@ -25,6 +30,37 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
+
+
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    if not Path(CHROMIUM).exists():
+        return f"Chromium is missing ({CHROMIUM}): 'sudo apt-get install -y chromium' (make test does this as root)"
+    if importlib.util.find_spec("playwright") is None:
+        return "Playwright is missing: pip install -e '.[dev]' (make test does this)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Skip this folder's tests, with the reason, where the browser cannot run (before any fixture is built)."""
+    reason = missing_browser()
+    here = Path(__file__).parent
+    if reason is not None:
+        for item in items:
+            if here in Path(item.fspath).parents:
+                item.add_marker(pytest.mark.skip(reason=f"browser test skipped: {reason}"))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line at the end of the session: how many browser tests were skipped, and why."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        if "browser test skipped: " in reason:
+            reason = reason.split("browser test skipped: ", 1)[1]
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in reasons.items():
+        terminalreporter.write_line(f"sinkscope: {count} browser tests skipped: {reason}", yellow=True, bold=True)
 
 
 @dataclass
@@ -51,9 +87,8 @@ class LoadedPage:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is missing: run 'apt-get install -y chromium' (make test does this)")
+    from playwright import sync_api
+
     with sync_api.sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield chromium
@@ -62,10 +97,10 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def open_page(browser) -> Iterator[Callable[..., LoadedPage]]:
-    """`open_page(path, viewport=(1280, 900))` → LoadedPage, with the page fully loaded."""
+    """`open_page(path, viewport=(1280, 900), query="")` → LoadedPage, with the page (and `?query`) fully loaded."""
     contexts = []
 
-    def _open(path: str | Path, viewport: tuple[int, int] = (1280, 900)) -> LoadedPage:
+    def _open(path: str | Path, viewport: tuple[int, int] = (1280, 900), query: str = "") -> LoadedPage:
         context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         contexts.append(context)
         page = context.new_page()
@@ -76,7 +111,7 @@ def open_page(browser) -> Iterator[Callable[..., LoadedPage]]:
             "request",
             lambda r: loaded.requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None,
         )
-        page.goto(Path(path).resolve().as_uri(), wait_until="load")
+        page.goto(Path(path).resolve().as_uri() + (f"?{query}" if query else ""), wait_until="load")
         return loaded
 
     yield _open
