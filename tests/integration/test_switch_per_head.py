@@ -18,9 +18,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
-from sinkscope.reproduction.switch_claims import GRID, SWITCH, switch_verdict
+from sinkscope.reproduction.switch_claims import GRID, SWITCH, head_switch_effects, switch_verdict, weaker
 from sinkscope.reproduction.switch_evidence import switch_evidence
-from sinkscope.reproduction.verdicts import NOT_SUPPORTED, SUPPORTED
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE, NOT_SUPPORTED, PARTLY, SUPPORTED
 
 V, D, H, DH, T, W = 32, 48, 3, 16, 16, 8
 TAU, DELTA = 0.1, 0.1
@@ -156,3 +156,28 @@ def test_per_head_switch_against_brute_force(kind, drain_max, words):
     else:  # head 0 switches off without sinking; head 1 sinks, drains below the cut, stays on
         assert forward == 0.0 and backward == 0.0
         assert 0.1 < drains[:, 1].mean() < 0.5 and counts[:, 1, 1, 1, 2].sum() == W * (T - 1)
+
+
+@pytest.mark.parametrize("a,b,word", [(SUPPORTED, SUPPORTED, SUPPORTED), (SUPPORTED, PARTLY, PARTLY),
+                                      (SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED), (PARTLY, NOT_SUPPORTED, NOT_SUPPORTED),
+                                      (SUPPORTED, NOT_MEASURABLE, PARTLY), (NOT_MEASURABLE, NOT_SUPPORTED, NOT_SUPPORTED),
+                                      (NOT_MEASURABLE, NOT_MEASURABLE, NOT_MEASURABLE), (None, SUPPORTED, None)])  # fmt: skip
+def test_an_if_and_only_if_reads_its_weaker_direction(a, b, word):
+    """The truth table of `weaker`, written out: both directions must hold; one measured direction alone is at most
+    partly; a record not varied stays not varied."""
+    assert weaker(a, b) == word and weaker(b, a) == word
+
+
+def test_head_effects_on_hand_made_counts_skip_heads_with_too_few_queries():
+    """Random counts with heads of 0 … 30 switched-off or sink queries: the effects equal `by_hand`'s loops, which
+    leave out the heads below `min_head_queries`."""
+    rng = np.random.default_rng(5)
+    counts = np.zeros((W, len(GRID), len(GRID), H, 3))
+    off, sink = rng.integers(0, 4, (W, H)), rng.integers(0, 6, (W, H))
+    counts[:, 1, 1, :, 0], counts[:, 1, 1, :, 1], counts[:, 1, 1, :, 2] = np.minimum(off, sink), off, sink
+    drains = rng.uniform(0, 0.3, (W, H))
+    got = head_switch_effects(counts[:, 1, 1][:, None], drains[:, None], 0.25, SWITCH["min_head_queries"])
+    forward, backward = by_hand(counts, drains, 0.25)
+    assert (got["switch_implies_sink"], got["sink_implies_switch"]) == (pytest.approx(forward), pytest.approx(backward))
+    assert math.isfinite(forward) and math.isfinite(backward)
+    assert 0 < got["n_heads_switching"] < H or 0 < got["n_drained_sink_heads"] < H  # the gate left a head out
