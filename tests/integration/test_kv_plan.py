@@ -124,6 +124,17 @@ def test_oracle_and_summary_against_single_head_runs():
     assert summary.loc[("streaming", 0), "memory"] == pytest.approx((sink + recent) / T)
 
 
+def test_beats_random_counts_the_draws_with_a_higher_loss():
+    rows = pd.DataFrame([{"policy": p, "draw": d, "n_full": n, "share": n / 4, "memory": 0.5, "window": w,
+                          "loss": loss + w, "accuracy": 0.5}
+                         for p, d, n, loss in [("full", 0, 4, 0.0), ("sinkscope", 0, 2, 1.0), ("random", 0, 2, 0.5),
+                                               ("random", 1, 2, 1.5), ("random", 2, 2, 2.0)]
+                         for w in range(2)])  # fmt: skip
+    summary = summarize(rows).set_index("policy")
+    assert summary.loc["sinkscope", "beats_random"] == pytest.approx(2 / 3)  # 1.5 and 2.0 lose to 1.0
+    assert summary.loc["random", "delta_full"] == pytest.approx((0.5 + 1.5 + 2.0) / 3 + 0.0)
+
+
 def test_bad_inputs_are_one_clear_line(tmp_path, capsys):
     with pytest.raises(SinkscopeError, match="--share -0.1 must lie in"):
         PlanConfig(share=-0.1)
@@ -139,4 +150,6 @@ def test_bad_inputs_are_one_clear_line(tmp_path, capsys):
     with pytest.raises(SinkscopeError, match="3 layers × 2 KV heads but the model has 2 × 2: it is the plan of another"):
         read_plan(folder, 2, 2)
     assert read_plan(folder, 3, 2)[1:] == (4, 8)
+    with pytest.raises(SinkscopeError, match="3 layers × 2 KV heads but the model has 2 × 3"):
+        read_plan(folder, 2, 3)  # as many values, in another layout
     assert kv_head_count(_llama(2, layers=3).config) == (3, 2, 2)
