@@ -68,3 +68,26 @@ def test_pages_that_describe_the_windows_state_the_default_and_gu_et_al_setting(
         else:
             assert not any(re.search(r"no token is dropped", s, re.I) for s in said), where
         assert any("--tail drop" in s and "Gu et al.'s census exactly" in s for s in said), where
+
+
+def test_readme_two_commands_say_what_make_test_installs_on_the_system():
+    """The README's set-up section holds exactly two commands, and says `make test` installs Chromium with apt-get
+    whenever the Makefile's `test` target does (read from the Makefile, not from the README)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in block.strip().splitlines()] == ["make demo", "make test"]
+    makefile = (ROOT / "Makefile").read_text()
+    test_target = re.search(r"^test:(.*)$", makefile, re.M).group(1)
+    chromium_recipe = makefile.split("$(CHROMIUM):", 1)[1].split("\n\n", 1)[0]
+    if "$(CHROMIUM)" in test_target and "apt-get install" in chromium_recipe:
+        assert "`apt-get install chromium`" in section and "skipped" in section, section
+
+
+def test_the_tutorial_time_is_one_measured_number_everywhere(capsys):
+    """The notebook, its page and the index give the same measured time, and no page promises more."""
+    texts = pages(capsys)
+    said = {where: re.findall(r"(\d+) s on (?:a )?2[- ](?:core|busy)", texts[where])
+            for where in ("docs/tutorial.ipynb", "docs/tutorial.md", "docs/index.md")}  # fmt: skip
+    assert all(said.values()) and len({n for found in said.values() for n in found}) == 1, said
+    assert not any(re.search(r"under a minute", text, re.I) for text in texts.values())
