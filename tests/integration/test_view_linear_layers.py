@@ -87,4 +87,4 @@ def test_view_refuses_a_model_without_any_softmax_layer_in_one_line():
     with pytest.raises(SinkscopeError) as raised:
         view(only_linear, TEXT)
     message = str(raised.value)
-    assert "\n" not in message and "no layer" in message and "sinkscope analyze" in message
+    assert "\n" not in message and "no layer" in message and "all 2 are linear attention" in message

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from sinkscope.cli.analyze import check_arguments
     from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
+    from sinkscope.models.families import require_softmax_layers
     from sinkscope.models.load import load_model
     from sinkscope.pipelines.ablate import AblateConfig, curve_summary, run_ablation, save_ablation
     from sinkscope.pipelines.analysis import check_seq_len
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     check_source(args.corpus)  # a missing, binary or malformed corpus fails before the model loads
     with claimed_output(Path(args.out), args.overwrite):
         lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        require_softmax_layers(lm.family, lm.layers, "ablate")
         check_seq_len(lm, args.seq_len)
         stream = windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
                          batch_size=args.batch_size, seed=args.seed)  # fmt: skip

@@ -189,6 +189,7 @@ def geometry_note(n_layers: int, contexts: int, slowdown: float = 1.0) -> str:
 def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
     from sinkscope.corpus.windows import corpus_length, windows
     from sinkscope.errors import SinkscopeError
+    from sinkscope.models.families import require_softmax_layers
     from sinkscope.models.load import check_bos_id, load_model
     from sinkscope.pipelines.analysis import analyze, check_seq_len
     from sinkscope.pipelines.checkpoint import remove_checkpoint
@@ -203,6 +204,7 @@ def _analyze(args: argparse.Namespace, out, config, checkpoint_dir) -> int:
         )  # fmt: skip
         if args.seq_len == "whole":
             args.seq_len = whole_seq_len(corpus_length(args.corpus, lm.tokenizer), lm.max_positions, rank == 0)
+        require_softmax_layers(lm.family, lm.layers, "analyze")
         check_seq_len(lm, args.seq_len)
         check_bos_id(lm, args.bos_id)
         stream = windows(

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
           f"{float(((vocab['sink_closed'] - vocab['sink_exact']).abs() / vocab['sink_exact']).max()):.1e} (sink)")  # fmt: skip
     summary, geometry = result["summary"], result["geometry"]
     decided = geometry[geometry["cheaper_predicted"] != "undecided"]
-    print(f"  geometry: where a winner is predicted ({len(decided)} draws) it is the exact winner in "
-          f"{decided['agree'].mean():.1%}; "
+    agreement = f"it is the exact winner in {decided['agree'].mean():.1%}" if len(decided) else "(none here)"
+    print(f"  geometry: where a winner is predicted ({len(decided)} draws) {agreement}; "
           f"diagonal cheaper in {int((summary['diagonal_cheaper'] > 0.5).sum())}/{len(summary)} cells")  # fmt: skip
     return 0

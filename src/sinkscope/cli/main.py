@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from sinkscope.cli.options import apply_threads
+from sinkscope.cli.options import apply_threads, check_finite_options, too_long_name
 from sinkscope.errors import SinkscopeError
 from sinkscope.threads import choose_threads, limit_blas_threads, pin
 
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: _interrupt(terminated))
     try:
+        check_finite_options(_subcommand_parser(parser, args.command), args)
         if hasattr(args, "threads"):  # --threads N or auto, before the command starts torch's thread pool
             args.thread_choice = choose_threads(args.threads)
             limit_blas_threads(args.thread_choice.threads)  # numpy is not imported yet: its BLAS reads this
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SinkscopeError as err:
         print(f"sinkscope {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a path no file system can name is the user's input, not a bug: one line, not a traceback
+        if (line := too_long_name(err, args)) is None:
+            raise
+        print(f"sinkscope {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         how = " by SIGTERM" if terminated else ""

@@ -19,6 +19,7 @@ def model_windows(args: argparse.Namespace) -> Iterator[tuple]:
     from sinkscope.cli.analyze import check_arguments
     from sinkscope.corpus.sources import check_source
     from sinkscope.corpus.windows import windows
+    from sinkscope.models.families import require_softmax_layers
     from sinkscope.models.load import load_model
     from sinkscope.pipelines.analysis import check_seq_len
     from sinkscope.staging import claimed_output
@@ -27,6 +28,7 @@ def model_windows(args: argparse.Namespace) -> Iterator[tuple]:
     check_source(args.corpus)
     with claimed_output(Path(args.out), args.overwrite):
         lm = load_model(args.model, device=args.device, dtype=args.dtype)
+        require_softmax_layers(lm.family, lm.layers, getattr(args, "command", "this command"))
         check_seq_len(lm, args.seq_len)
         yield lm, windows(args.corpus, lm.tokenizer, args.seq_len, args.max_windows, bos_id=args.bos_id,
                           batch_size=args.batch_size, seed=args.seed)  # fmt: skip

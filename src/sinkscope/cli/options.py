@@ -207,3 +207,39 @@ def defer_options(parser: argparse.ArgumentParser, add: Callable[[argparse.Argum
 
     for name in ("parse_known_args", "format_help", "format_usage"):
         setattr(parser, name, wrap(getattr(parser, name)))
+
+
+def check_finite_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, in one line naming the flag, any float option of `parser` (or an item of a list of floats) that is
+    NaN or ±inf: every threshold, margin, rate and weight sinkscope takes is a finite number, and a NaN compares
+    false with every bound, so it would pass the checks that follow and fail deep inside the work."""
+    import math
+
+    from sinkscope.errors import SinkscopeError
+
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+        if bad and action.option_strings:
+            raise SinkscopeError(f"{action.option_strings[-1]} {bad[0]} is not a finite number; give a finite value")
+
+
+def too_long_name(err: OSError, args: argparse.Namespace) -> str | None:
+    """The one line for an `OSError` ENAMETOOLONG (a path with a name over the file system's NAME_MAX, commonly 255
+    bytes), naming the option whose value holds that path; None for any other error."""
+    import errno
+
+    if err.errno != errno.ENAMETOOLONG:
+        return None
+    path = str(err.filename or "")
+    option = ""
+    for dest, value in vars(args).items():
+        texts = [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, (str, Path))]
+        if dest not in ("argv", "command") and path and any(text and (text in path or path in text) for text in texts):
+            option = f"{dest} " if dest == "runs" else f"--{dest.replace('_', '-')} "
+            break
+    longest = max((len(part.encode("utf-8", "surrogatepass")) for part in Path(path).parts), default=0)
+    shown = path if len(path) <= 60 else f"{path[:57]}..."
+    return (f"{option}{shown}: a name in this path is {longest} bytes long, more than the file system allows "
+            "(commonly 255 per folder or file name); rename it or give a shorter path")

@@ -34,7 +34,7 @@ from sinkscope.functional.patterns import (
     sink_score,
 )
 from sinkscope.functional.switch import value_drain
-from sinkscope.models.families import softmax_layers
+from sinkscope.models.families import require_softmax_layers
 from sinkscope.models.load import LoadedModel, check_bos_id
 from sinkscope.pipelines.attention_maps import head_classes, head_scores, token_texts
 from sinkscope.report.page import render_page
@@ -268,11 +268,7 @@ def _check_args(text: str | None, file: str | Path | None, epsilon: float, delta
 def check_softmax_layers(lm: LoadedModel) -> None:
     """A clear error for a model none of whose layers has a softmax attention map: the page would have no map to
     draw (a model with some linear-attention layers, as Qwen3-Next, is drawn with those layers labelled)."""
-    if not softmax_layers(lm.family, lm.layers):
-        raise SinkscopeError(
-            f"view draws softmax attention maps, and no layer of this {lm.family.name} model has one (all "
-            f"{len(lm.layers)} are linear attention): use `sinkscope analyze` for its residual-stream statistics"
-        )
+    require_softmax_layers(lm.family, lm.layers, "view")
 
 
 def view(

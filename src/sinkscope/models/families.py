@@ -316,6 +316,18 @@ def softmax_layers(family: Family, layers: list[nn.Module]) -> list[int]:
     return [index for index, layer in enumerate(layers) if hasattr(layer, family.attention)]
 
 
+def require_softmax_layers(family: Family, layers: list[nn.Module], command: str) -> list[int]:
+    """`softmax_layers`, refused in one line when there is none (a Qwen3-Next built of linear-attention layers
+    only): every attention statistic of `command` would have no map to measure, so it fails before any pass."""
+    softmax = softmax_layers(family, layers)
+    if not softmax:
+        raise SinkscopeError(
+            f"{command} measures softmax attention maps, and no layer of this {family.name} model has one (all "
+            f"{len(layers)} are linear attention); choose a model with at least one softmax attention layer"
+        )
+    return softmax
+
+
 def input_norm_module(family: Family, layer: nn.Module) -> nn.Module | None:
     """The norm whose output is the attention input `z` (SPEC §4); None where attention reads `h` itself."""
     return None if family.input_norm is None else getattr(layer, family.input_norm)

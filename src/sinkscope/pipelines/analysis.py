@@ -22,7 +22,7 @@ from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.functional.head_classes import HeadThresholds
-from sinkscope.models.families import softmax_layers
+from sinkscope.models.families import require_softmax_layers, softmax_layers
 from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.checkpoint import checkpoint_order, load_checkpoint, save_checkpoint
 from sinkscope.pipelines.linear_layers import mark_linear_layers
@@ -152,6 +152,7 @@ def _analyze(
 
     asked = config = config or AnalyzeConfig()
     check_seq_len(lm, windows.seq_len)
+    require_softmax_layers(lm.family, lm.layers, "analyze")  # before the pass, not a division by zero after it
     rank, world = distributed_shard()
     if resume and checkpoint_dir is not None:  # the same --epsilons in another order: count in the checkpoint's
         config = checkpoint_order(config, Path(checkpoint_dir), rank)

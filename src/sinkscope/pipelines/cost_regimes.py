@@ -58,8 +58,22 @@ class RegimeConfig:
         for name in ("Vs", "Ts", "ds", "ranks"):
             if not getattr(self, name) or min(getattr(self, name)) < 1:
                 raise SinkscopeError(f"--{name.lower()} must be one or more positive integers")
-        if self.seeds < 1 or self.kappa <= 0:
-            raise SinkscopeError(f"--seeds {self.seeds} must be ≥ 1 and --kappa {self.kappa} > 0")
+        if not self.Ks or min(self.Ks) < 1:
+            raise SinkscopeError("--ks must be one or more positive integers (trigger counts K)")
+        if self.seeds < 1 or not 0 < self.kappa < math.inf:
+            raise SinkscopeError(f"--seeds {self.seeds} must be ≥ 1 and --kappa {self.kappa} a finite number > 0")
+        # each table needs one cell: a (V, K) with K < V, a (rank, d) with rank ≤ d (the others are skipped)
+        if not any(K < V for V in self.Vs for K in self.Ks):
+            raise SinkscopeError(
+                f"--vs {','.join(map(str, self.Vs))} --ks {','.join(map(str, self.Ks))}: no vocabulary size exceeds "
+                "a trigger count, so the bigram-backcopy table would be empty; give some V > K (e.g. --vs 3,4 --ks 1)"
+            )
+        if not any(rank <= d for d in self.ds for rank in self.ranks):
+            raise SinkscopeError(
+                f"--ranks {','.join(map(str, self.ranks))} --ds {','.join(map(str, self.ds))}: every rank exceeds "
+                "every width d (a rank-r embedding needs r ≤ d), so the geometry table would be empty; give some "
+                "rank ≤ d (e.g. --ranks 2,4 --ds 16)"
+            )
 
 
 def winner(sink: float, diagonal: float, rtol: float = 1e-4) -> str:

@@ -11,6 +11,7 @@ non-triggers, then for t ≥ 1: if `s_t` is a trigger, `t-k ≥ 1` and `u < p_co
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ class GBBConfig:
             raise SinkscopeError(f"gBB copy_offset={self.copy_offset}: the copy offset k must be ≥ 1")
         if not 0.0 <= self.p_copy <= 1.0:
             raise SinkscopeError(f"gBB p_copy={self.p_copy}: use a probability in [0, 1]")
-        if self.dirichlet_alpha <= 0:
+        if not 0 < self.dirichlet_alpha < math.inf:  # NaN and inf fail too
             raise SinkscopeError(f"gBB dirichlet_alpha={self.dirichlet_alpha}: use a positive concentration")
         if self.length < self.copy_offset + 3:
             raise SinkscopeError(

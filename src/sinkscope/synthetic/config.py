@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -63,11 +64,16 @@ class TrainConfig:
         for name in ("steps", "batch_size", "eval_every", "eval_batch_size", "checkpoint_every", "threads"):
             if getattr(self, name) < 1:
                 raise SinkscopeError(f"train {name}={getattr(self, name)}: use a positive integer")
+        for name in ("lr", "weight_decay", "beta2", "final_lr_ratio"):
+            if not math.isfinite(getattr(self, name)):  # NaN passes every comparison below; torch refuses it late
+                raise SinkscopeError(f"train {name}={getattr(self, name)}: use a finite number")
         if self.lr <= 0 or self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.final_lr_ratio <= 1:
             raise SinkscopeError(
                 f"train lr={self.lr}, weight_decay={self.weight_decay}, warmup_steps={self.warmup_steps}, "
                 f"final_lr_ratio={self.final_lr_ratio}: need lr > 0, wd ≥ 0, warmup ≥ 0, ratio in [0, 1]"
             )
+        if not 0 <= self.beta2 < 1:
+            raise SinkscopeError(f"train beta2={self.beta2}: AdamW's β₂ lies in [0, 1)")
 
 
 @dataclass(frozen=True)

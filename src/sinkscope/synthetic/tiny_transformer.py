@@ -80,11 +80,14 @@ class TinyTransformerConfig:
                 f"model n_layers={self.n_layers}, n_heads={self.n_heads}, d_model={self.d_model}: need ≥ 1 "
                 "layer and head, and d_model divisible by n_heads"
             )
+        if self.mlp and self.mlp_ratio < 1:
+            raise SinkscopeError(f"model mlp_ratio={self.mlp_ratio}: an MLP needs a hidden width of at least d_model "
+                                 "(ratio ≥ 1); --no-mlp drops it")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise SinkscopeError("model positional='rope': needs an even head dimension d_model/n_heads")
-        if not (self.init_std > 0 and self.embedding_init_std > 0):
+        if not (0 < self.init_std < math.inf and 0 < self.embedding_init_std < math.inf):
             raise SinkscopeError(
-                f"model init_std={self.init_std}, embedding_init_std={self.embedding_init_std}: use positive stds"
+                f"model init_std={self.init_std}, embedding_init_std={self.embedding_init_std}: use positive finite stds"
             )
         if self.init != "scaled" and (self.init_std, self.embedding_init_std) != (GPT2_STD, GPT2_STD):
             raise SinkscopeError(
