@@ -301,26 +301,14 @@ def test_documented_defaults_of_the_claims():
     """δ = τ = 0.1, the τ grid of the switch curves, the middle band ¼ … ¾, rowwise ρ's gate of 3 units, and
     seed 0 (a default call equals the same call with seed = 0, where seed 1 draws other resamples)."""
     counts = np.random.default_rng(0).integers(0, 20, size=(W, 3, 14, 4)).astype(float)
-    switch = switch_claims.switch_verdict("m", counts)
-    assert switch.thresholds == {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5}
-    assert switch.evidence["taus"] == [
-        0.025,
-        0.05,
-        0.075,
-        0.1,
-        0.125,
-        0.15,
-        0.175,
-        0.2,
-        0.25,
-        0.3,
-        0.4,
-        0.6,
-        0.8,
-        1.0,
-    ]
-    assert switch == switch_claims.switch_verdict("m", counts, seed=0)
-    assert switch.interval != switch_claims.switch_verdict("m", counts, seed=1).interval
+    heads = np.random.default_rng(0).integers(0, 20, size=(W, 3, 3, 2, 3, 3)).astype(float)
+    arrays = {"head_counts": heads, "head_drain": np.random.default_rng(1).random((W, 2, 3)), "tau": np.array(0.1),
+              "delta": np.array(0.1)}  # fmt: skip
+    switch = switch_claims.switch_verdict("m", arrays, 63, 0.1)
+    assert switch.thresholds == {"tau": 0.1, "delta": 0.1, "drain_max": 0.1, "miss_tol": 0.1, "partly_min": 0.5,
+                                 "min_head_queries": 10.0}  # fmt: skip
+    assert switch == switch_claims.switch_verdict("m", arrays, 63, 0.1, seed=0)
+    assert switch.interval != switch_claims.switch_verdict("m", arrays, 63, 0.1, seed=1).interval
     routes = switch_claims.switch_routes_verdict(
         "m", counts[:, :, :3, :3], ["bos_sink", "other"], [True, False]
     )
@@ -414,20 +402,19 @@ def test_variant_arrays_read_back_one_claims_flat_names():
 
 
 def test_switch_and_its_routes_at_exactly_their_cuts():
-    """switch: every window's 2×2 table is 9 off·sink, 1 off·no sink, 1 on·sink, 9 on·no sink at every δ scale and
-    τ, so both conditionals are 72 / 80 = 0.9 = 1 − miss_tol (≥: supported; τ_best the first τ); at miss_tol × ½
-    (odds: 0.0526) partly. Routes: 9 queries on BOS's route, 1 on another, 0 unexplained: the non-BOS share is
-    exactly rare_tol = 0.1 (≤: supported); without a switched-off query nothing is defined."""
-    counts = np.tile(np.array([9.0, 1.0, 1.0, 9.0]), (W, 3, 14, 1))
-    switch = switch_claims.switch_verdict("m", counts)
-    assert {k: switch.evidence[k] for k in switch.evidence if k != "taus"} == {
-        "best_min_conditional": 0.9,
-        "tau_best": 0.025,
-        "p_sink_given_off_at_best": 0.9,
-        "p_off_given_sink_at_best": 0.9,
-        "p_off_given_nosink_at_best": 0.1,
-    }
-    assert switch.verdict == PARTLY and switch.reason == "depends on miss_tol (miss_tol: partly at 0.0526)"
+    """switch: one head whose windows each hold 9 off·sink, 1 off·no sink, 1 on·sink of 80 queries at every δ, τ
+    scale, its value drained (0.05 ≤ 0.1) in every window: both directions are 72 / 80 = 0.9 = 1 − miss_tol (≥:
+    supported at the point; at miss_tol × ½, odds 0.0526, partly). Routes: 9 queries on BOS's route, 1 on
+    another, 0 unexplained: the non-BOS share is exactly rare_tol = 0.1 (≤: supported); without a switched-off
+    query nothing is defined."""
+    heads = np.tile(np.array([9.0, 10.0, 10.0]), (W, 3, 3, 1, 1, 1))
+    arrays = {"head_counts": heads, "head_drain": np.full((W, 1, 1), 0.05), "tau": np.array(0.1),
+              "delta": np.array(0.1)}  # fmt: skip
+    switch = switch_claims.switch_verdict("m", arrays, 80, 0.1)
+    for direction in ("switch_implies_sink", "sink_implies_switch"):
+        assert switch.evidence[direction]["estimate"] == 0.9
+        assert "miss_tol: partly at 0.0526" in switch.evidence[direction]["reason"]
+    assert switch.verdict == PARTLY and switch.interval["effect"] == "switch_implies_sink"
     routes = np.tile(np.array([9.0, 1.0, 0.0]), (W, 3, 3, 1))
     verdict = switch_claims.switch_routes_verdict(
         "m", routes, ["bos_sink", "other"], [True, False], extra={"T": 9}
@@ -569,35 +556,24 @@ def test_cost_boundary_at_exactly_one_minus_miss_tol():
     )
 
 
-def test_switch_assumptions_record_with_a_span_distance_of_exactly_min_distance():
-    """Two layers, every window alike, both at span distance exactly min_distance = 0.05 (≥: holds); layer 0 has
-    the full rank min(T − 1, width) = min(7, 16) = 7, layer 1 rank 6 (fails). Tables per window and at every δ, τ:
-    layer 0 (9, 1, 1, 9), layer 1 (0, 5, 5, 0). Where the assumptions hold both conditionals are 72 / 80 = 0.9;
-    over every cell 72 / 120 = 0.6; switched off where they fail at τ = 0.1: 8 windows × 5 = 40."""
-    curve = np.zeros((W, 2, 3, 14, 4))
-    curve[:, 0] = [9.0, 1.0, 1.0, 9.0]
-    curve[:, 1] = [0.0, 5.0, 5.0, 0.0]
-    arrays = {
-        "curve": curve,
-        "distance": np.full((W, 2), 0.05),
-        "rank": np.tile([7, 6], (W, 1)),
-        "n_contexts": 7,
-        "width": 16,
-    }
+def test_switch_assumptions_record_with_a_value_spectrum_at_exactly_the_rank_tolerance():
+    """Two layers, one KV head of 2 query heads, T − 1 = 3 context values in 4 dimensions, every window alike:
+    layer 0's spectrum (1, 0.5, 1e-4) has its third value exactly at rank_rtol × the largest (>: not counted, so
+    dependent), layer 1's (1, 0.5, 2e-4) is independent: share 0.5 = partly_min (≥: partly). Input space: rank 3
+    of min(3, 16) and distance exactly 0.05 (≥: holds) in layer 0 only. Each query head: 10 off, 9 of them sinks."""
+    spectrum = np.zeros((W, 2, 1, 3))
+    spectrum[:, 0, 0], spectrum[:, 1, 0] = [1.0, 0.5, 1e-4], [1.0, 0.5, 2e-4]
+    arrays = {"value_sv": spectrum, "heads": np.tile([9.0, 10.0, 12.0], (W, 2, 2, 1)),
+              "distance": np.tile([0.05, 0.01], (W, 1)), "rank": np.full((W, 2), 3), "n_contexts": 3, "width": 16,
+              "head_dim": 4}  # fmt: skip
     verdict = experiment_claims.assumptions_verdict("m", arrays)
     assert verdict.evidence == {
-        "n_layers": 2,
-        "n_contexts": 7,
-        "width": 16,
-        "best_min_conditional_where_hold": 0.9,
-        "best_min_conditional_all": 0.6,
-        "tau_best": 0.025,
-        "cells_hold_share": 0.5,
-        "switched_off_where_fail": 40.0,
-    }
+        "n_contexts": 3, "head_dim": 4, "width": 16, "min_distance": 0.05, "n_layers": 2, "kv_heads": 1,
+        "independent_share": 0.5, "input_space_share": 0.5,
+        "switch_implies_sink_where_independent": 0.9, "switch_implies_sink_where_dependent": 0.9,
+    }  # fmt: skip
     assert (verdict.claim, verdict.verdict) == ("switch_assumptions", PARTLY)
-    assert verdict.reason == "depends on miss_tol (miss_tol: partly at 0.0526)"
-    assert verdict.thresholds == {"delta": 0.1, "miss_tol": 0.1, "partly_min": 0.5, "min_distance": 0.05}
+    assert verdict.thresholds == {"rank_rtol": 1e-4, "miss_tol": 0.1, "partly_min": 0.5}
 
 
 def test_representability_beats_exactly_the_beaten_control_fraction():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import re
 
 import numpy as np
@@ -18,7 +19,13 @@ from sinkscope.reproduction import minima
 from sinkscope.reproduction.config import ANCHOR_CORPORA, DELTA_SCALES, SINK_QUERY_DELTA, ReproduceConfig
 from sinkscope.reproduction.files import KEY_FILE, _defaults, _matches, is_fresh, write_key
 from sinkscope.reproduction.regime_claims import REGIMES, regimes_verdict
-from sinkscope.reproduction.regime_section import QUICK_REASON, UNAVAILABLE, cells_by_init, regime_runs
+from sinkscope.reproduction.regime_section import (
+    QUICK_REASON,
+    UNAVAILABLE,
+    cells_by_init,
+    regime_key,
+    regime_runs,
+)
 from sinkscope.reproduction.sink_rate_claims import GU, gu_sink_rate_verdict
 from sinkscope.reproduction.switch_evidence import _nonpos, _switch_cells
 
@@ -34,6 +41,7 @@ def test_module_constants_and_documented_defaults():
         "random_draws": 20, "sensitivity_draws": 5, "bos_draws": 8, "certificate_windows": 24,
         "certificate_controls": 20, "cost_contexts": (8, 16, 32), "cost_windows": 8, "cost_layer_stride": 6,
         "smoothing_layer_stride": 1, "cost_exact_Ts": (2, 4, 8, 16), "regimes": True, "regimes_from": None,
+        "switch_tau": 0.1, "switch_drain_max": 0.1,
         "quick": False, "seed": 0, "device": "cpu", "dtype": "float32",
     }  # fmt: skip
 
@@ -142,7 +150,7 @@ def test_is_fresh_and_write_key(tmp_path):
     write_key(tmp_path, key)
     text = (tmp_path / KEY_FILE).read_text()
     assert KEY_FILE == "reproduce-key.json"
-    assert text == json.dumps({"a": "x", "b": [1, 2]}, indent=2, sort_keys=True)
+    assert text == json.dumps({"identity": {"a": "x", "b": [1, 2]}, "stored": {}}, indent=2, sort_keys=True)
     assert is_fresh(tmp_path, key) and not is_fresh(tmp_path, key | {"a": "y"})
     (tmp_path / KEY_FILE).write_text("{not json")
     assert not is_fresh(tmp_path, key)
@@ -341,7 +349,7 @@ def test_regime_runs_reuses_a_fresh_map_under_quick(tmp_path, monkeypatch, capsy
     directory.mkdir()
     _cells_table().to_parquet(directory / "regime_cells.parquet")
     grid = json.loads(json.dumps(QUICK_GRID.__dict__, default=list))
-    write_key(directory, {"section": "regimes", "grid": grid})
+    write_key(directory, regime_key())  # the quick grid and the base configuration
     got = regime_runs(ReproduceConfig(quick=True), tmp_path)
     assert set(got) == {"inits", "cells", "grid"} and got["grid"] == grid
     assert got["inits"] == cells_by_init(_cells_table())
@@ -356,8 +364,8 @@ def test_cost_theory_key_columns_and_reuse(tmp_path):
 
     frame = cost_theory(ReproduceConfig(cost_exact_Ts=(2, 3)), tmp_path)
     directory = tmp_path / "theory" / "cost"
-    assert json.loads((directory / KEY_FILE).read_text()) == {"section": "cost-theory", "exact_Ts": [2, 3],
-                                                               "version": 1}  # fmt: skip
+    assert json.loads((directory / KEY_FILE).read_text())["identity"] == {"section": "cost-theory", "exact_Ts": [2, 3],
+                                                                           "version": 1}  # fmt: skip
     assert list(frame.columns) == ["T", "pattern", "norm", "closed_form", "exact"]
     Ts = [2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     assert list(frame["T"]) == [T for T in Ts for _ in range(4)]
@@ -368,9 +376,9 @@ def test_cost_theory_key_columns_and_reuse(tmp_path):
     # orthonormal sink, nuclear norm: the exact program meets the closed form where solved
     assert np.allclose(frame.loc[solved, "exact"], frame.loc[solved, "closed_form"], rtol=1e-3)
     pd.testing.assert_frame_equal(pd.read_parquet(directory / "cost_theory.parquet"), frame)
-    marker = frame.assign(exact=-1.0)
-    marker.to_parquet(directory / "cost_theory.parquet", index=False)
-    pd.testing.assert_frame_equal(cost_theory(ReproduceConfig(cost_exact_Ts=(2, 3)), tmp_path), marker)
+    written = (directory / "cost_theory.parquet").stat().st_mtime_ns
+    pd.testing.assert_frame_equal(cost_theory(ReproduceConfig(cost_exact_Ts=(2, 3)), tmp_path), frame)
+    assert (directory / "cost_theory.parquet").stat().st_mtime_ns == written  # read back, not computed again
 
 
 def test_cost_layers_section_key_label_and_directory(tmp_path):
@@ -379,7 +387,8 @@ def test_cost_layers_section_key_label_and_directory(tmp_path):
     c = ReproduceConfig(corpora=("builtin:code", "builtin:prose"), cost_contexts=(8, 16), cost_windows=3,
                         cost_layer_stride=2, seed=7, dtype="bfloat16")  # fmt: skip
     section = cost_layers_section("tiny", c, tmp_path)
-    assert section.key == {"section": "cost-layers", "model": "tiny", "corpus": "builtin:code", "contexts": [8, 16],
+    corpus = {"builtin": "builtin:code", "python": platform.python_version()}  # "tiny": no such folder, a hub id
+    assert section.key == {"section": "cost-layers", "model": {"hub": "tiny"}, "corpus": corpus, "contexts": [8, 16],
                            "windows": 3, "stride": 2, "seed": 7, "dtype": "bfloat16", "version": 2}  # fmt: skip
     assert section.label == "exact costs on layers (T = 8, 16, 3 window(s), stride 2)"
     assert section.directory.name == "cost-layers" and tmp_path in section.directory.parents

@@ -240,11 +240,13 @@ def test_not_measurable_verdicts_keep_their_thresholds():
 
 
 def test_switch_verdict_interval_is_over_windows_and_partly_min_varies_on_the_odds_scale():
-    """W = 12 windows, every cell non-zero; halving or doubling `partly_min` = x acts on its odds: x/(1 − x) · s
+    """W = 12 windows of per-head counts; halving or doubling `partly_min` = x acts on its odds: x/(1 − x) · s
     mapped back by o/(1 + o) (docs: fractions on the odds scale)."""
     rng = np.random.default_rng(3)
-    counts = rng.integers(1, 20, size=(12, 3, 14, 4)).astype(float)
-    verdict = switch_verdict("m", counts, seed=1)
+    counts = rng.integers(1, 20, size=(12, 3, 3, 2, 3, 3)).astype(float)
+    arrays = {"head_counts": counts, "head_drain": rng.random((12, 2, 3)) / 5, "tau": np.array(0.1),
+              "delta": np.array(0.1)}  # fmt: skip
+    verdict = switch_verdict("m", arrays, 63, 0.1, seed=1)
     assert verdict.interval["over"] == "windows" and verdict.interval["n"] == 12
     x = verdict.thresholds["partly_min"]
     for scale in (0.5, 2.0):

@@ -3,8 +3,6 @@ docs/testing.md, "Mutation tool"), each checked against a hand count written out
 
 from __future__ import annotations
 
-import json
-import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,17 +12,12 @@ import pytest
 from sinkscope.functional.switch_routes import ROUTES
 from sinkscope.reproduction import figures
 from sinkscope.reproduction.config import ReproduceConfig
-from sinkscope.reproduction.experiment_claims import (
-    assumptions_verdict,
-    best_min_conditional,
-    prevalence_table,
-)
+from sinkscope.reproduction.experiment_claims import prevalence_table
 from sinkscope.reproduction.files import write_key
 from sinkscope.reproduction.geometry_claims import representability_verdict
 from sinkscope.reproduction.judge import corpus_verdicts, sink_query_table
-from sinkscope.reproduction.regime_section import regime_runs
+from sinkscope.reproduction.regime_section import regime_key, regime_runs
 from sinkscope.reproduction.report import write_tables
-from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
 
 
 def test_a_layer_whose_bos_beats_exactly_the_threshold_share_of_controls_is_beyond_them():
@@ -38,15 +31,6 @@ def test_a_layer_whose_bos_beats_exactly_the_threshold_share_of_controls_is_beyo
     assert (
         verdict.evidence["layers_beyond_control"] == 1.0 and verdict.evidence["mean_controls_beaten"] == 0.95
     )
-
-
-def test_best_min_conditional_is_the_best_tau_of_the_smaller_conditional():
-    """Cells (off∧sink, off∧no sink, on∧sink, on∧no sink) at three τ: P(sink | off), P(off | sink) = 5/10, 5/5;
-    8/10, 8/10; 9/10, 9/15 → smaller 0.5, 0.8, 0.6: best 0.8 at τ index 1. No switched-off query: NaN, −1."""
-    counts = np.array([[5, 5, 0, 10], [8, 2, 2, 8], [9, 1, 6, 4]], float)
-    assert best_min_conditional(counts) == (pytest.approx(0.8), 1)
-    value, index = best_min_conditional(np.array([[0, 0, 3, 7]], float))
-    assert math.isnan(value) and index == -1
 
 
 def test_prevalence_table_is_each_layers_mean_share_per_window():
@@ -97,16 +81,13 @@ def test_write_tables_writes_and_names_the_regime_cells(tmp_path):
 
 def test_quick_reads_a_regime_map_already_in_the_output_directory(tmp_path):
     """`--quick` does not train, but reads `OUT/regimes/` when a full run left it there (the module's words)."""
-    grid = pytest.importorskip("sinkscope.synthetic.regimes").QUICK_GRID
+    pytest.importorskip("sinkscope.synthetic.regimes")
     cells = pd.DataFrame({"init": ["zeros", "zeros"], "variant": "softmax", "weight_decay": 0.0, "bos": [True, False],
                           "bos_mass": [0.9, 0.1], "diag_mass": [0.1, 0.8], "pattern": ["sink", "diagonal"],
                           "agreement": ["a", "b"]})  # fmt: skip
     (tmp_path / "regimes").mkdir()
     cells.to_parquet(tmp_path / "regimes" / "regime_cells.parquet")
-    write_key(
-        tmp_path / "regimes",
-        {"section": "regimes", "grid": json.loads(json.dumps(grid.__dict__, default=list))},
-    )
+    write_key(tmp_path / "regimes", regime_key())  # the quick grid and the base configuration
     got = regime_runs(ReproduceConfig(models=("m",), quick=True), tmp_path)
     assert got["inits"]["zeros"][0]["pattern"] == "sink" and got["inits"]["zeros"][1]["pattern"] == "diagonal"
 
@@ -123,14 +104,3 @@ def test_anchor_bars_of_two_models_sit_side_by_side_and_the_cost_axis_is_labelle
     assert ax.get_ylabel() == "min ‖W_QK‖ (κ = 1)" and ax.get_xlabel() == "T (contexts)"
 
 
-def test_switch_assumptions_without_a_holding_cell_have_no_best_tau():
-    """8 windows × 2 layers, full rank everywhere but z_0 in the span (distance 0): no cell holds, so the restricted
-    effect and its best τ are undefined (NaN), not the last τ of the grid."""
-    W, L = 8, 2
-    arrays = {"rank": np.full((W, L), 15), "n_contexts": 15, "width": 32, "distance": np.zeros((W, L)),
-              "curve": np.ones((W, L, len(GRID), len(TAU_CURVE), 4))}  # fmt: skip
-    verdict = assumptions_verdict("m", arrays)
-    assert verdict.evidence["cells_hold_share"] == 0.0
-    assert math.isnan(verdict.evidence["best_min_conditional_where_hold"]) and math.isnan(
-        verdict.evidence["tau_best"]
-    )

@@ -35,7 +35,6 @@ from sinkscope.reproduction.strata import middle_layers
 from sinkscope.reproduction.switch_claims import (
     ROUTE_CLAIM,
     SWITCH,
-    TAU_CURVE,
     VALUE_DRAIN,
     mlp_like_verdict,
     switch_routes_verdict,
@@ -115,7 +114,7 @@ def test_descriptive_and_exact_claims():
 
 
 def test_records_are_json_ready_and_carry_the_claim_text():
-    record = with_claim_text(switch_verdict(M, np.zeros((8, 3, len(TAU_CURVE), 4))).to_dict())
+    record = with_claim_text(switch_verdict(M, head_arrays([[0, 0, 0]], [1.0]), 15, 0.1).to_dict())
     assert json.loads(json.dumps(record)) == record
     assert {"paper_claim", "test", "why_strongest", "control", "table", "interval", "sensitivity"} <= set(record)
     with pytest.raises(ValueError):
@@ -185,37 +184,34 @@ def test_oversmoothing():
     ) == [P, N, N, NM]
 
 
-def switch_curve(at_tau, W=8):
-    """Per-window counts (W, 3, K, 4): `at_tau(k)` gives the 2×2 at τ index k (same at every δ scale)."""
-    counts = np.zeros((W, 3, len(TAU_CURVE), 4))
-    for k in range(len(TAU_CURVE)):
-        counts[:, :, k] = at_tau(k)
-    return counts
+def head_arrays(heads, drains, W=8, at_tau2=None):
+    """The switch section's per-head arrays: every window holds, per head, the counts (off ∧ sink, off, sink) of
+    `heads` at every δ and τ scale (at τ × 2 those of `at_tau2` when given) and the drains `drains`."""
+    counts = np.zeros((W, 3, 3, 1, len(heads), 3))
+    counts[..., :, :] = np.asarray(heads, float)
+    if at_tau2 is not None:
+        counts[:, :, 2] = np.asarray(at_tau2, float)
+    return {"head_counts": counts, "head_drain": np.tile(np.asarray(drains, float), (W, 1, 1)),
+            "tau": np.array(0.1), "delta": np.array(0.1)}
 
 
 def test_switch():
-    # Small τ: every off query sinks but few sinks are off; large τ: the reverse. At τ index 4 both hold.
-    def crossing(k):
-        return [10, 0, 0, 20] if k == 4 else [2, 0, 8, 20] if k < 4 else [10, 8, 0, 12]
-
-    result = switch_verdict(M, switch_curve(crossing))
-    assert result.verdict == S and result.evidence["tau_best"] == TAU_CURVE[4]
-    assert result.evidence["p_off_given_nosink_at_best"] == 0.0  # the control
-    assert verdicts(
-        switch_verdict(M, switch_curve(lambda k: [6, 4, 4, 20])),  # 0.6 both ways at every τ
-        switch_verdict(M, switch_curve(lambda k: [1, 9, 9, 20])),
-        switch_verdict(M, switch_curve(lambda k: [0, 0, 5, 10])),
-    ) == [P, N, NM]
-    # The δ axis: at twice δ the crossing point holds, at δ it does not.
-    counts = switch_curve(lambda k: [6, 4, 4, 20])
-    counts[:, 2] = switch_curve(crossing)[:, 2]
-    moved = switch_verdict(M, counts)
-    assert moved.verdict == P and "fragile: supported at delta = 0.2" in moved.reason  # noted, never raised
-    # One δ pass (--quick): δ cannot be varied; its sensitivity records say so, and why.
-    single = switch_verdict(M, switch_curve(crossing)[:, 1:2])
-    records = [r for r in single.sensitivity if r["threshold"] == "delta"]
-    assert single.verdict == S and [r["verdict"] for r in records] == [None, None]
-    assert all("only δ × 1 was counted" in r["not_varied"] for r in records)
+    # Head 0 a hard switch (every query off and a sink, v_0 drained), head 1 a sink whose value does not drain.
+    theorem = switch_verdict(M, head_arrays([[15, 15, 15], [0, 0, 15]], [0.0, 2.0]), 15, 0.1)
+    assert theorem.verdict == S and theorem.evidence["sink_implies_switch_undrained"] == 0.0  # no prediction there
+    assert (theorem.evidence["n_sink_heads"], theorem.evidence["n_sink_heads_hard_switch"]) == (2, 1)
+    parts = [switch_verdict(M, head_arrays(heads, drains), 15, 0.1) for heads, drains in (
+        ([[0, 15, 0], [15, 15, 15]], [0.0, 0.0]),  # one head off without a sink: switch ⇒ sink 0.5
+        ([[0, 15, 0], [0, 0, 15]], [0.0, 0.0]),  # each direction broken: 0 and 0
+        ([[0, 0, 15]], [2.0]))]  # no head switches off, no sink drains  # fmt: skip
+    assert verdicts(*parts) == [P, N, NM]
+    assert [parts[0].evidence[d]["verdict"] for d in ("switch_implies_sink", "sink_implies_switch")] == [P, S]
+    assert [parts[1].evidence[d]["verdict"] for d in ("switch_implies_sink", "sink_implies_switch")] == [N, N]
+    # The τ axis: at τ × 2 head 1's sinks switch off too; the word stays partly, the variant is recorded.
+    moved = switch_verdict(M, head_arrays([[0, 0, 15], [0, 15, 0]], [0.0, 0.0], at_tau2=[[15, 15, 15], [0, 15, 0]]),
+                           15, 0.1)  # fmt: skip
+    records = {(r["threshold"], r["scale"]): r["verdict"] for r in moved.sensitivity}
+    assert moved.verdict == N and records[("tau", 2.0)] == P  # the variant reads partly: recorded, never adopted
 
 
 def test_switch_routes():

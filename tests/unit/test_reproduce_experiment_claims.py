@@ -15,7 +15,6 @@ from sinkscope.reproduction.experiment_claims import (
     prevalence_verdict,
     sink_in_use_verdict,
 )
-from sinkscope.reproduction.switch_claims import GRID, TAU_CURVE
 
 M = "m"
 S, P, N, NM = v.SUPPORTED, v.PARTLY, v.NOT_SUPPORTED, v.NOT_MEASURABLE
@@ -115,27 +114,28 @@ def test_prevalence_cuts_are_symmetric_without_precedence():
     assert any(r["threshold"] == "class_cuts" and r["not_varied"] for r in record.sensitivity)
 
 
-def assumption_arrays(held, failed, distance_failing=0.01, W=8):
-    """Two layers: layer 0 holds (full rank, BOS far off the span) with 2×2 counts `held`; layer 1 has BOS at
-    `distance_failing` of its norm from the span, with counts `failed`; the same counts at every δ and τ."""
-    curve = np.zeros((W, 2, len(GRID), len(TAU_CURVE), 4))
-    curve[:, 0], curve[:, 1] = held, failed
-    distance = np.tile([0.5, distance_failing], (W, 1))
-    return {"curve": curve, "rank": np.full((W, 2), 15), "distance": distance, "n_contexts": np.array(15),
-            "width": np.array(32)}
+def assumption_arrays(independent_share, W=8, T=16, dh=16):
+    """One layer, 4 KV heads: in every window the first round(4 · share) heads' T − 1 context values have a flat
+    spectrum (independent), the others one singular value at 1e-6 of the largest (dependent)."""
+    n, k = T - 1, min(T - 1, dh)
+    spectrum = np.ones((W, 1, 4, k))
+    spectrum[:, :, round(4 * independent_share):, -1] = 1e-6
+    return {"value_sv": spectrum, "heads": np.tile([5.0, 10.0, 10.0], (W, 1, 4, 1)), "rank": np.full((W, 1), n),
+            "distance": np.full((W, 1), 0.5), "n_contexts": np.array(n), "width": np.array(32),
+            "head_dim": np.array(dh)}  # fmt: skip
 
 
-def test_switch_assumptions_judges_only_the_cells_where_they_hold():
-    perfect, broken = [10, 0, 0, 50], [0, 10, 10, 30]  # off·sink, off·no sink, on·sink, on·no sink
-    record = assumptions_verdict(M, assumption_arrays(perfect, broken))
+def test_switch_assumptions_reads_the_value_space_and_can_fail():
+    """The share of (window, layer, KV head) cells with independent context values decides: 1 supported, ½ partly,
+    ¼ not supported; more contexts than value dimensions (T − 1 > dh) cannot decide: not measurable."""
+    record = assumptions_verdict(M, assumption_arrays(1.0))
     assert record.verdict == S and record.interval["estimate"] == 1.0
-    assert record.evidence["best_min_conditional_all"] == 0.5 and record.evidence["cells_hold_share"] == 0.5
-    # the same counts with every cell holding: the failing layer is judged too
-    assert assumptions_verdict(M, assumption_arrays(perfect, broken, distance_failing=0.5)).verdict == P
-    assert assumptions_verdict(M, assumption_arrays([1, 9, 9, 41], broken)).verdict == N
-    never = assumption_arrays([0, 0, 0, 60], broken)  # no query switched off where the assumptions hold
-    assert assumptions_verdict(M, never).verdict == NM
-    few = assumptions_verdict(M, assumption_arrays(perfect, broken, W=4))
+    assert record.evidence["input_space_share"] == 1.0 and record.evidence["switch_implies_sink_where_independent"] == 0.5
+    assert assumptions_verdict(M, assumption_arrays(0.5)).verdict == P
+    assert assumptions_verdict(M, assumption_arrays(0.25)).verdict == N
+    wide = assumptions_verdict(M, assumption_arrays(1.0, T=20, dh=16))
+    assert wide.verdict == NM and "dimension count" in wide.reason
+    few = assumptions_verdict(M, assumption_arrays(1.0, W=4))
     assert few.verdict == NM and few.reason.startswith("too few windows")
 
 

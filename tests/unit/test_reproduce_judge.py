@@ -21,7 +21,6 @@ from sinkscope.reproduction.strata import (
     within_layer_permutation_p,
 )
 from sinkscope.reproduction.switch_claims import (
-    TAU_CURVE,
     switch_routes_verdict,
     switch_verdict,
     value_drain_verdict,
@@ -206,9 +205,11 @@ def _geometry():
 
 
 def _switch():
-    counts = np.zeros((10, 3, len(TAU_CURVE), 4))
-    counts[..., :] = [10, 0, 0, 20]
-    return switch_verdict(M, counts)
+    counts = np.zeros((10, 3, 3, 2, 2, 3))
+    counts[..., 0, :], counts[..., 1, :] = [10, 10, 10], [0, 0, 10]  # a hard switch and a sink that stays on
+    drains = np.tile([[0.0, 2.0], [0.0, 2.0]], (10, 1, 1))
+    return switch_verdict(M, {"head_counts": counts, "head_drain": drains, "tau": np.array(0.1),
+                              "delta": np.array(0.1)}, 10, 0.1)  # fmt: skip
 
 
 def _routes():
