@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MARKER = ".sinkscope-result.json"
@@ -100,3 +102,47 @@ def owned(directory: str | Path) -> bool:
 def kind_of(directory: str | Path) -> str | None:
     marker = read_marker(directory)
     return None if marker is None else str(marker.get("kind"))
+
+
+def holds_only_results(folder: Path) -> bool:
+    """Whether `folder` is a result sinkscope wrote (a valid marker) or holds, besides hidden entries, only such
+    results and folders of them, at least one (a grid's run, a run's seeds, a sweep's cells)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if read_marker(folder) is not None:
+        return True
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    return bool(entries) and all(holds_only_results(p) for p in entries)
+
+
+def is_workspace(directory: str | Path, kind: str, names: tuple[str, ...]) -> bool:
+    """Whether the existing folder `directory` may be continued by a command that fills it over several runs and
+    rewrites its own tables there (`sweep`, a `train-bb` grid): empty, stamped as `kind`, or, written before such
+    folders carried a marker, unstamped and holding besides hidden entries only that command's own top-level `names`
+    and folders of sinkscope results (`holds_only_results`), at least one. A folder merely holding a file or folder
+    of one of those names is not one: it is the user's."""
+    directory = Path(directory)
+    if read_marker(directory) is not None:
+        return kind_of(directory) == kind
+    entries = [p for p in directory.iterdir() if not p.name.startswith(".")]
+    if not entries:
+        return True
+    results = [p for p in entries if p.name not in names and holds_only_results(p)]
+    return bool(results) and all(p.name in names or p in results for p in entries)
+
+
+
+@contextmanager
+def stamped(directory: str | Path, kind: str) -> Iterator[None]:
+    """Stamp the claimed `directory` as `kind` unless it carries a marker already, for the block that fills it; a new
+    stamp is taken off again when the block left nothing else there (a refused or interrupted first run leaves no
+    folder behind)."""
+    directory = Path(directory)
+    new = read_marker(directory) is None
+    if new:
+        write_marker(directory, kind)
+    try:
+        yield
+    finally:
+        if new and [p.name for p in directory.iterdir()] == [MARKER]:
+            (directory / MARKER).unlink()

@@ -309,7 +309,8 @@ def check_file_target(path: str | Path) -> None:
     if not path.parent.is_dir():
         raise SinkscopeError(f"--out {path}: folder {path.parent} does not exist; create it or choose another --out")
     marker = read_marker(path.parent)
-    ours = marker is not None and path.name in marker["entries"]  # a run's own page
+    # a run's own page, of any version; a result's other files (run.json, tables) are never a page to replace
+    ours = marker is not None and path.name == "report.html" and path.name in marker["entries"]
     if path.exists() and not (is_page(path) or ours or path.stat().st_size == 0):
         raise SinkscopeError(
             f"--out {path} exists and is not a page sinkscope wrote, so it will not be replaced; choose another "

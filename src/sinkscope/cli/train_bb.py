@@ -123,35 +123,32 @@ def _run_regimes(args: argparse.Namespace, overrides: dict[str, Any], seeds: tup
     return 0
 
 
-# Files a train-bb grid writes at its top level; a folder holding one of them (or a run folder) is resumed.
+# What a train-bb grid writes at its top level besides its run folders; its folder carries the ownership marker of
+# GRID_KIND, and an unstamped folder of an older grid is one holding only these and sinkscope's runs.
+GRID_KIND = "train-bb grid"
 GRID_FILES = ("summary.parquet", "timeline.parquet", "seeds.parquet", "regimes.json", "regimes.parquet",
-              "regime_cells.parquet")
-
-
-def _only_runs(folder: Path) -> bool:
-    """Whether `folder` is a run (summary.json) or holds only runs, folders of runs and hidden entries."""
-    if (folder / "summary.json").is_file():
-        return True
-    return all(p.is_dir() and _only_runs(p) for p in folder.iterdir() if not p.name.startswith("."))
+              "regime_cells.parquet", "switch_costs.parquet", "figures")
 
 
 def _check_resumable(out: Path) -> None:
-    """Refuse a grid into a non-empty `out` that no train-bb grid wrote (a grid resumes into its own folder)."""
+    """Refuse a grid into an existing `out` that is not a train-bb grid's own folder (`ownership.is_workspace`): a
+    grid resumes into its own folder and rewrites its tables there, never over a user's `summary.parquet`."""
     from sinkscope.errors import SinkscopeError
+    from sinkscope.ownership import is_workspace
 
     if out.exists() and not out.is_dir():
         raise SinkscopeError(f"--out {out} exists and is not a directory; choose another --out")
-    if not out.is_dir():
-        return
-    ours = any((out / name).is_file() for name in GRID_FILES) or _only_runs(out)
-    if not ours:
+    if out.is_dir() and not is_workspace(out, GRID_KIND, GRID_FILES):
         raise SinkscopeError(
-            f"--out {out} holds files that no train-bb grid wrote, so the grid will not write into it; "
-            "choose another --out or empty it yourself"
+            f"--out {out} holds files that no train-bb grid wrote (a folder a grid makes carries sinkscope's marker), "
+            "so the grid will not write into it; choose another --out or empty it yourself"
         )
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from sinkscope.ownership import stamped
     from sinkscope.staging import claimed_output
     from sinkscope.synthetic.experiments import check_override_types
 
@@ -163,16 +160,25 @@ def run(args: argparse.Namespace) -> int:
         _check_resumable(args.out)
     # A single run claims --out like analyze does; a grid takes only the lock and resumes into its own folder.
     with claimed_output(args.out, args.overwrite, resume=is_grid):
-        try:
-            return _run(args, overrides, seeds)
-        except KeyboardInterrupt:
-            if not is_grid:
-                raise KeyboardInterrupt("nothing was saved") from None
-            import shlex
+        if is_grid:
+            _check_resumable(args.out)  # again under the lock, then stamped as the grid's own folder
+        with stamped(args.out, GRID_KIND) if is_grid else nullcontext():
+            return _run_claimed(args, overrides, seeds, is_grid)
 
-            argv = [arg for arg in args.argv if arg != "--overwrite"]  # a grid resumes by running it again
-            command = " ".join(["sinkscope", *map(shlex.quote, argv)])
-            raise KeyboardInterrupt(f"finished runs are kept in {args.out}/; continue with: {command}") from None
+
+def _run_claimed(args: argparse.Namespace, overrides: dict[str, Any], seeds: tuple[int, ...] | None, is_grid: bool
+                 ) -> int:  # fmt: skip
+    """`_run`, with an interrupt turned into the line that says what was kept and how to continue."""
+    try:
+        return _run(args, overrides, seeds)
+    except KeyboardInterrupt:
+        if not is_grid:
+            raise KeyboardInterrupt("nothing was saved") from None
+        import shlex
+
+        argv = [arg for arg in args.argv if arg != "--overwrite"]  # a grid resumes by running it again
+        command = " ".join(["sinkscope", *map(shlex.quote, argv)])
+        raise KeyboardInterrupt(f"finished runs are kept in {args.out}/; continue with: {command}") from None
 
 
 def _run(args: argparse.Namespace, overrides: dict[str, Any], seeds: tuple[int, ...] | None) -> int:

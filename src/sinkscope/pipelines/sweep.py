@@ -24,8 +24,13 @@ from pathlib import Path
 import pandas as pd
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.ownership import is_workspace, stamped
 from sinkscope.staging import child, claimed_output, real_target, staged_file_bytes
 
+# A sweep's folder carries the ownership marker of SWEEP_KIND; an unstamped folder of an older sweep is one holding
+# only these top-level names and folders of sinkscope results (its cells/).
+SWEEP_KIND = "sweep"
+SWEEP_FILES = ("sweep.json", "sweep.parquet", "sweep.csv", "report.html", "figures")
 ROW_COLUMNS = (
     "model", "corpus", "seq_len", "epsilon", "windows", "sink_rate", "sink_rate_of_mean", "mean_sink_score",
     "mean_diag_score", "analyze_seconds", "cell",
@@ -204,14 +209,27 @@ def sweep(config: SweepConfig, out: str | Path, *, progress: bool = True, echo: 
     """Run every missing cell of `config` into `out/cells/`, then write `out/sweep.parquet`, `out/sweep.csv`,
     `out/figures/*.png` and `out/report.html`; returns the tidy table. `echo` gets one line per cell."""
     out = real_target(Path(out))
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "cells").is_dir())):
-        raise SinkscopeError(f"--out {out} exists and is not a sweep directory; choose another directory")
+    check_sweep_folder(out)
     cells = [(m, c, t) for m in config.models for c in config.corpora for t in config.seq_lens]
     names = [cell_name(*cell) for cell in cells]
     if len({name.casefold() for name in names}) != len(names):
         raise SinkscopeError(f"two sweep cells would share a folder ({', '.join(names)}); rename a corpus or model")
     with claimed_output(out, resume=True):  # the lock analyze takes: a second sweep on `out` is refused
-        return _sweep(config, out, cells, progress, echo)
+        check_sweep_folder(out)  # again under the lock, then stamped as the sweep's own folder
+        with stamped(out, SWEEP_KIND):
+            return _sweep(config, out, cells, progress, echo)
+
+
+def check_sweep_folder(out: Path) -> None:
+    """Refuse an existing `out` that is not a sweep's own folder (`ownership.is_workspace`): a sweep rewrites its
+    tables, figures and page there, so a user's folder that merely has a `cells/` subfolder is never taken over."""
+    if out.exists() and not out.is_dir():
+        raise SinkscopeError(f"--out {out} exists and is not a directory; choose another --out")
+    if out.is_dir() and not is_workspace(out, SWEEP_KIND, SWEEP_FILES):
+        raise SinkscopeError(
+            f"--out {out} exists and is not a sweep directory: it holds files no sweep wrote (a folder a sweep makes "
+            "carries sinkscope's marker), so the sweep will not write into it; choose another --out"
+        )
 
 
 def _sweep(config: SweepConfig, out: Path, cells: list[tuple[str, str, int]], progress: bool,
