@@ -17,6 +17,7 @@
 
 import json
 import math
+import platform
 from dataclasses import replace
 
 import numpy as np
@@ -32,7 +33,11 @@ from sinkscope.reproduction.files import KEY_FILE, is_fresh
 from sinkscope.reproduction.plan import model_plan
 
 # The stamps `sinkscope reproduce --models smollm2-135m --out runs/repro-smollm2-135m` wrote (files
-# runs/repro-smollm2-135m/**/reproduce-key.json, at the config below, from summary.json), as compact JSON. The run
+# runs/repro-smollm2-135m/**/reproduce-key.json, at the config below, from summary.json), as compact JSON; the model
+# sections' stamps with the model and corpus as their identity by content (`reproduction.sections.inputs`: the
+# embedded model's pinned sha256, the built-in corpus with PYTHON, the version of the Python whose standard library
+# it is read from), in the stamp of this version (identity and stored files); the model-free ones as written before
+# stored files were listed, which read as their identity. The run
 # read its regime map from runs/regimes; `regimes_from` enters no key (only `regime_section` reads it) and the
 # config checks that the path exists, so it is None here.
 STORED_CONFIG = {"models": ("smollm2-135m",), "corpora": ("builtin:prose", "builtin:code"), "seq_len": 64,
@@ -55,110 +60,147 @@ STAMPS_JSON = {
         ',"steps":2000,"version":1}'
     ),
     "smollm2-135m/ablate": (
-        '{"config":{"fractions":[0.1],"from_run":"analysis","mode":"zero","n_random":20,"score_windows":1'
-        '6,"seed":0,"selections":["highest-hard-sink","lowest-ahon-ln"]},"corpus":"builtin:prose","dtype"'
-        ':"float32","layer_matched_draws":20,"model":"smollm2-135m","scores":{"config":{"delta":0.1,"dens'
-        'e":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256,"learned_sink":null,"previo'
-        'us":0.5,"seed":0,"tau":0.1},"corpus":"builtin:prose","dtype":"float32","model":"smollm2-135m","s'
-        'ection":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_stride":1,"windows":32},"sectio'
-        'n":"ablate","seq_len":64,"window_delta":true,"windows":8}'
+        '{"identity":{"config":{"fractions":[0.1],"from_run":"analysis","mode":"zero","n_random":20,"scor'
+        'e_windows":16,"seed":0,"selections":["highest-hard-sink","lowest-ahon-ln"]},"corpus":{"builtin":'
+        '"builtin:prose","python":"PYTHON"},"dtype":"float32","layer_matched_draws":20,"model":{"embedded'
+        '":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"s'
+        'cores":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_c'
+        'ap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":{"builtin":"builtin:pros'
+        'e","python":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0'
+        'e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"analyze","seq_len":64,"smooth'
+        'ing":true,"smoothing_layer_stride":1,"windows":32},"section":"ablate","seq_len":64,"window_delta'
+        '":true,"windows":8},"stored":{}}'
     ),
     "smollm2-135m/ablate-bos": (
-        '{"config":{"fractions":[0.1],"from_run":"analysis","mode":"bos","n_random":8,"score_windows":16,'
-        '"seed":0,"selections":["highest-hard-sink"]},"corpus":"builtin:prose","dtype":"float32","model":'
-        '"smollm2-135m","scores":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilon'
-        's":[],"geometry_cap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":"builti'
-        'n:prose","dtype":"float32","model":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":t'
-        'rue,"smoothing_layer_stride":1,"windows":32},"section":"ablate","seq_len":64,"windows":8}'
+        '{"identity":{"config":{"fractions":[0.1],"from_run":"analysis","mode":"bos","n_random":8,"score_'
+        'windows":16,"seed":0,"selections":["highest-hard-sink"]},"corpus":{"builtin":"builtin:prose","py'
+        'thon":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f9'
+        '8a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"scores":{"config":{"delta":0.1,"dense":0.7,"d'
+        'iagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256,"learned_sink":null,"previous":0.5,"'
+        'seed":0,"tau":0.1},"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","mod'
+        'el":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea3737'
+        '28110db53"},"section":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_stride":1,"window'
+        's":32},"section":"ablate","seq_len":64,"windows":8},"stored":{}}'
     ),
     "smollm2-135m/ablate-sensitivity": (
-        '{"corpus":"builtin:prose","delta":0.1,"draws":5,"dtype":"float32","fraction":0.1,"model":"smollm'
-        '2-135m","scales":[0.5,2.0],"scores":{"config":{},"corpus":"builtin:prose","dtype":"float32","mod'
-        'el":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_stride":1,'
-        '"windows":32},"section":"ablate-sensitivity","seed":0,"seq_len":64,"version":1,"windows":8}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"delta":0.1,"draws":5,"dtype'
+        '":"float32","fraction":0.1,"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7'
+        '562b682750a6f8c8c15e5bc70ea373728110db53"},"scales":[0.5,2.0],"scores":{"config":{},"corpus":{"b'
+        'uiltin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m",'
+        '"sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"analyze"'
+        ',"seq_len":64,"smoothing":true,"smoothing_layer_stride":1,"windows":32},"section":"ablate-sensit'
+        'ivity","seed":0,"seq_len":64,"version":1,"windows":8},"stored":{}}'
     ),
     "smollm2-135m/analyze-builtin-code": (
-        '{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256'
-        ',"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":"builtin:code","dtype":"float32'
-        '","model":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_stri'
-        'de":1,"windows":32}'
+        '{"identity":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geome'
+        'try_cap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":{"builtin":"builtin'
+        ':code","python":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c95'
+        '23d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"analyze","seq_len":64,"sm'
+        'oothing":true,"smoothing_layer_stride":1,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/analyze-builtin-prose": (
-        '{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256'
-        ',"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":"builtin:prose","dtype":"float3'
-        '2","model":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_str'
-        'ide":1,"windows":32}'
+        '{"identity":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geome'
+        'try_cap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":{"builtin":"builtin'
+        ':prose","python":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9'
+        '523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"analyze","seq_len":64,"s'
+        'moothing":true,"smoothing_layer_stride":1,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/analyze-builtin-random": (
-        '{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256'
-        ',"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":"builtin:random","dtype":"float'
-        '32","model":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":false,"smoothing_layer_s'
-        'tride":null,"windows":32}'
+        '{"identity":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geome'
+        'try_cap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":{"builtin":"builtin'
+        ':random","python":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c'
+        '9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"analyze","seq_len":64,"'
+        'smoothing":false,"smoothing_layer_stride":null,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/analyze-builtin-repeat": (
-        '{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256'
-        ',"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":"builtin:repeat","dtype":"float'
-        '32","model":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":false,"smoothing_layer_s'
-        'tride":null,"windows":32}'
+        '{"identity":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geome'
+        'try_cap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":{"builtin":"builtin'
+        ':repeat","python":"PYTHON"},"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c'
+        '9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"analyze","seq_len":64,"'
+        'smoothing":false,"smoothing_layer_stride":null,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/certificates": (
-        '{"controls":20,"corpus":"builtin:prose","dtype":"float32","layer_stride":1,"model":"smollm2-135m'
-        '","section":"certificates","seed":0,"seq_len":64,"version":2,"windows":24}'
+        '{"identity":{"controls":20,"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float'
+        '32","layer_stride":1,"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b68'
+        '2750a6f8c8c15e5bc70ea373728110db53"},"section":"certificates","seed":0,"seq_len":64,"version":2,'
+        '"windows":24},"stored":{}}'
     ),
     "smollm2-135m/cost-layers": (
-        '{"contexts":[8,16,32],"corpus":"builtin:prose","dtype":"float32","model":"smollm2-135m","section'
-        '":"cost-layers","seed":0,"stride":6,"version":2,"windows":4}'
+        '{"identity":{"contexts":[8,16,32],"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype"'
+        ':"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8'
+        'c15e5bc70ea373728110db53"},"section":"cost-layers","seed":0,"stride":6,"version":2,"windows":4},'
+        '"stored":{}}'
     ),
     "smollm2-135m/dense": (
-        '{"corpus":"builtin:prose","dtype":"float32","lambdas":[1.0],"model":"smollm2-135m","section":"de'
-        'nse","seed":0,"seq_len":64,"version":1,"windows":8}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","lambdas":'
+        '[1.0],"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5'
+        'bc70ea373728110db53"},"section":"dense","seed":0,"seq_len":64,"version":1,"windows":8},"stored":'
+        '{}}'
     ),
     "smollm2-135m/evict": (
-        '{"corpus":"builtin:prose","dtype":"float32","model":"smollm2-135m","section":"evict","seed":0,"s'
-        'eq_len":128,"version":1,"window":16,"windows":8}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"'
+        'embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110d'
+        'b53"},"section":"evict","seed":0,"seq_len":128,"version":1,"window":16,"windows":8},"stored":{}}'
     ),
     "smollm2-135m/evidence-builtin-code": (
-        '{"corpus":"builtin:code","delta_scales":[0.5,1.0,2.0],"dtype":"float32","model":"smollm2-135m","'
-        'section":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:code","python":"PYTHON"},"delta_scales":[0.5,1.0,2.0],'
+        '"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b68275'
+        '0a6f8c8c15e5bc70ea373728110db53"},"section":"evidence","seed":0,"seq_len":64,"version":1,"window'
+        's":32},"stored":{}}'
     ),
     "smollm2-135m/evidence-builtin-prose": (
-        '{"corpus":"builtin:prose","delta_scales":[0.5,1.0,2.0],"dtype":"float32","model":"smollm2-135m",'
-        '"section":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"delta_scales":[0.5,1.0,2.0]'
+        ',"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b6827'
+        '50a6f8c8c15e5bc70ea373728110db53"},"section":"evidence","seed":0,"seq_len":64,"version":1,"windo'
+        'ws":32},"stored":{}}'
     ),
     "smollm2-135m/evidence-builtin-random": (
-        '{"corpus":"builtin:random","delta_scales":[1.0],"dtype":"float32","model":"smollm2-135m","sectio'
-        'n":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:random","python":"PYTHON"},"delta_scales":[1.0],"dtype'
+        '":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c'
+        '8c15e5bc70ea373728110db53"},"section":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        ',"stored":{}}'
     ),
     "smollm2-135m/evidence-builtin-repeat": (
-        '{"corpus":"builtin:repeat","delta_scales":[1.0],"dtype":"float32","model":"smollm2-135m","sectio'
-        'n":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:repeat","python":"PYTHON"},"delta_scales":[1.0],"dtype'
+        '":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c'
+        '8c15e5bc70ea373728110db53"},"section":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        ',"stored":{}}'
     ),
     "smollm2-135m/prevalence": (
-        '{"corpus":"builtin:prose","dtype":"float32","epsilon":0.3,"model":"smollm2-135m","section":"prev'
-        'alence","seed":0,"seq_len":64,"version":1,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","epsilon":'
+        '0.3,"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc'
+        '70ea373728110db53"},"section":"prevalence","seed":0,"seq_len":64,"version":1,"windows":32},"stor'
+        'ed":{}}'
     ),
     "smollm2-135m/sink-queries": (
-        '{"corpus":"builtin:prose","draws":20,"dtype":"float32","fraction":0.1,"model":"smollm2-135m","sc'
-        'ores":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_ca'
-        'p":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1},"corpus":"builtin:prose","dtype":"'
-        'float32","model":"smollm2-135m","section":"analyze","seq_len":64,"smoothing":true,"smoothing_lay'
-        'er_stride":1,"windows":32},"section":"sink-queries","seed":0,"seq_len":64,"version":2,"windows":'
-        '8}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"draws":20,"dtype":"float32"'
+        ',"fraction":0.1,"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a'
+        '6f8c8c15e5bc70ea373728110db53"},"scores":{"config":{"delta":0.1,"dense":0.7,"diagonal":0.5,"epsi'
+        'lon":0.3,"epsilons":[],"geometry_cap":256,"learned_sink":null,"previous":0.5,"seed":0,"tau":0.1}'
+        ',"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"embedded":"s'
+        'mollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},"secti'
+        'on":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_stride":1,"windows":32},"section":"'
+        'sink-queries","seed":0,"seq_len":64,"version":2,"windows":8},"stored":{}}'
     ),
     "smollm2-135m/switch-assumptions": (
-        '{"corpus":"builtin:prose","dtype":"float32","model":"smollm2-135m","section":"switch-assumptions'
-        '","seed":0,"seq_len":64,"version":1,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"'
+        'embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110d'
+        'b53"},"section":"switch-assumptions","seed":0,"seq_len":64,"version":1,"windows":32},"stored":{}'
+        '}'
     ),
     "smollm2-135m/switch-builtin-code": (
-        '{"corpus":"builtin:code","dtype":"float32","model":"smollm2-135m","section":"switch","seed":0,"s'
-        'eq_len":64,"version":3,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:code","python":"PYTHON"},"dtype":"float32","model":{"e'
+        'mbedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db'
+        '53"},"section":"switch","seed":0,"seq_len":64,"version":3,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/switch-builtin-prose": (
-        '{"corpus":"builtin:prose","dtype":"float32","model":"smollm2-135m","section":"switch","seed":0,"'
-        'seq_len":64,"version":3,"windows":32}'
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"'
+        'embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110d'
+        'b53"},"section":"switch","seed":0,"seq_len":64,"version":3,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/weights": (
-        '{"dtype":"float32","model":"smollm2-135m","section":"weights","version":1}'
+        '{"identity":{"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a3'
+        '30c7562b682750a6f8c8c15e5bc70ea373728110db53"},"section":"weights","version":1},"stored":{}}'
     ),
     "theory/cost": (
         '{"exact_Ts":[2,4,8,16],"section":"cost-theory","version":1}'
@@ -174,7 +216,7 @@ STAMPS_JSON = {
 def _stamp(root, relative: str):
     directory = root / relative
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / KEY_FILE).write_text(STAMPS_JSON[relative])
+    (directory / KEY_FILE).write_text(STAMPS_JSON[relative].replace("PYTHON", platform.python_version()))
     return directory
 
 
@@ -255,7 +297,7 @@ def test_boundary_lab_trains_and_logs_one_progress_line_per_run(tmp_path, monkey
                         f"(BOS {0.25 * (k % 4):.2f}, diagonal 0.50), {3 * k} s")  # fmt: skip
     assert lines == expected
     # the key now stamped is the stored one: the lab's base run is seed 0 of the first setting
-    assert json.loads((tmp_path / "regimes-boundary" / KEY_FILE).read_text()) == json.loads(
+    assert json.loads((tmp_path / "regimes-boundary" / KEY_FILE).read_text())["identity"] == json.loads(
         STAMPS_JSON["regimes-boundary"]
     )
 
@@ -1011,9 +1053,9 @@ def test_each_section_computes_on_the_windows_its_key_records(tmp_path, monkeypa
             section.compute(lm, tmp_path / "target")
         if key["section"] == "certificates":
             # middle layers of 9: l / 8 in [¼, ¾] → 2 … 6, every layer_stride-th
-            assert drawn == [(key["corpus"], key["seq_len"], key["windows"], [2, 4, 6], key["controls"], 11)]
-        else:
-            assert drawn == [(key["corpus"], "the tokenizer", key["seq_len"], key["windows"], 11)], (
+            assert drawn == [(key["corpus"]["builtin"], key["seq_len"], key["windows"], [2, 4, 6], key["controls"], 11)]
+        else:  # the corpus the key names (by its identity: a built-in corpus by name)
+            assert drawn == [(key["corpus"]["builtin"], "the tokenizer", key["seq_len"], key["windows"], 11)], (
                 section.label
             )
         checked.add(key["section"])
