@@ -193,3 +193,16 @@ def test_emergence_is_the_first_step_after_which_the_score_stays_above():
     assert dated["emergence_step"].to_dict() == {(0, 0, "sink"): 30, (0, 1, "sink"): 0, (1, 1, "diagonal"): 10}
     assert dated["from_first"].to_dict() == {(0, 0, "sink"): False, (0, 1, "sink"): True,
                                              (1, 1, "diagonal"): False}  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--from-log", "{tmp}"], "holds no trajectory.parquet and trajectory.json"),
+    (["--paths", "a,b", "--from-log", "{tmp}"], "give exactly one of --checkpoints, --paths, --revisions, --from-log"),
+    (["--revisions", "step1,step2", "--out", "{tmp}/o"], "--revisions needs --model"),
+    (["--model", "nobody/no-such-model", "--revisions", "step1,step2", "--out", "{tmp}/o"],
+     "revision step1 of nobody/no-such-model is not in the local Hugging Face cache"),
+])  # fmt: skip
+def test_a_bad_command_is_one_line(tmp_path, capsys, argv, says):
+    assert main(["trajectory", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1

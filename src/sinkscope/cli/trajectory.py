@@ -98,7 +98,6 @@ def _from_log(args: argparse.Namespace) -> int:
 
     table, meta = read_trajectory(args.from_log)
     out = Path(args.out or args.from_log)
-    out.mkdir(parents=True, exist_ok=True)
     dated = write_trajectory(table, meta, out)
     print(f"{table['step'].nunique()} steps, {len(dated)} emerged patterns: {out}/report.html")
     return 0

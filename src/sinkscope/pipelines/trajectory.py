@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -27,6 +28,10 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.functional.head_classes import HeadThresholds
 from sinkscope.pipelines.trajectory_series import Checkpoint
 from sinkscope.staging import claimed_output, real_target, staged_file_bytes
+
+if TYPE_CHECKING:
+    from sinkscope.corpus.windows import TokenWindows
+    from sinkscope.pipelines.analysis import AnalyzeConfig
 
 KEYS = ["step", "layer", "head"]
 # (pattern, score column, the config field of its threshold): the patterns whose emergence is dated.
@@ -57,7 +62,7 @@ class TrajectoryConfig:
             raise SinkscopeError("--max-windows and --batch-size must be at least 1")
         self.analyze_config()  # ε and the diagonal threshold: refused here, before any model loads
 
-    def analyze_config(self):
+    def analyze_config(self) -> AnalyzeConfig:
         """The `AnalyzeConfig` of every checkpoint: these thresholds, no half-space certificates (a trajectory is
         about patterns; the certificates' convex programs would cost more than the forward passes)."""
         from sinkscope.pipelines.analysis import AnalyzeConfig
@@ -65,7 +70,7 @@ class TrajectoryConfig:
         return AnalyzeConfig(epsilon=self.epsilon, diagonal=self.diagonal, geometry_cap=0, seed=self.seed)
 
 
-def probe_windows(config: TrajectoryConfig, tokenizer):
+def probe_windows(config: TrajectoryConfig, tokenizer) -> TokenWindows:
     """The probe: the corpus's first `max_windows` BOS-prefixed windows, as token ids fixed once (`TokenWindows`)."""
     import torch
 
@@ -76,7 +81,7 @@ def probe_windows(config: TrajectoryConfig, tokenizer):
     return TokenWindows(torch.cat(list(stream)), batch_size=config.batch_size, source=config.corpus)
 
 
-def probe_identity(probe) -> dict:
+def probe_identity(probe: TokenWindows) -> dict:
     """What the probe is: its source, window length, window count and sha256 of its token ids (int64, row-major)."""
     import torch
 
@@ -117,9 +122,11 @@ def emergence(table: pd.DataFrame, epsilon: float, diagonal: float) -> pd.DataFr
 
 def write_trajectory(table: pd.DataFrame, meta: dict, out: Path) -> pd.DataFrame:
     """`trajectory.parquet`, `trajectory.json` (`meta`), `emergence.csv` and the page (`report.html`, `figures/`)
-    of a trajectory, each file written whole or not at all; returns the emergence table."""
+    of a trajectory in `out` (created if missing), each file written whole or not at all; returns the emergence
+    table."""
     from sinkscope.report.trajectory_page import write_trajectory_page
 
+    out.mkdir(parents=True, exist_ok=True)
     table = table.sort_values(KEYS).reset_index(drop=True)
     config = meta["config"]
     dated = emergence(table, config["epsilon"], config["diagonal"])
