@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 
 from sinkscope.cli.options import corpus_options, model_options, output_options
+from sinkscope.reproduction.claim_texts import CLAIMS
 
 EPILOG = """examples:
   sinkscope reproduce --out runs/repro                                  # both embedded models, prose and code
   sinkscope reproduce --models smollm2-135m --corpora builtin:prose --quick --out runs/repro-quick
   sinkscope reproduce --models ./my/hf/model --corpora data.jsonl --out runs/repro-mine
+  sinkscope reproduce --models gemma3-270m --claims sink_ablation,dormant_heads --out runs/repro-ablations
 
 Rerunning with the same --out reuses every finished section whose settings match (a changed setting recomputes
 that section only). Writes OUT/report.html, OUT/report.md, OUT/verdicts.json ({claim, model, corpus, verdict,
@@ -52,6 +54,10 @@ def add_parser(subparsers) -> None:
                         help="random draws per ablation control (default 20, the fewest a verdict takes; quick 2)")
     parser.add_argument("--ablation-windows", type=int, default=None,
                         help="windows of the ablations (default 16; quick 2)")
+    parser.add_argument("--claims", type=_names, default=None, metavar="NAME[,NAME]",
+                        help="judge only these claims, computing only the sections they read, at full size (or the "
+                        "sizes given); writes claims-verdicts.json and claims-summary.json, not the report. Claims: "
+                        + ", ".join(CLAIMS))  # fmt: skip
     parser.add_argument("--regimes-from", default=None, metavar="DIR",
                         help="read the bigram-backcopy regime map from DIR (the --out of `sinkscope train-bb "
                         "--grid regimes`) instead of training it")  # fmt: skip
@@ -61,7 +67,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sinkscope.reproduction.config import ReproduceConfig
-    from sinkscope.reproduction.run import reproduce
+    from sinkscope.reproduction.run import check_claims, reproduce
     from sinkscope.staging import claimed_workspace
 
     overrides = dict(models=args.models, corpora=args.corpora, seq_len=args.seq_len, seed=args.seed,
@@ -69,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
     for name in ("windows", "random_draws", "ablation_windows"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
+    check_claims(args.claims)  # an unknown name fails before any work
     config = ReproduceConfig.preset(args.quick, **overrides)
     with claimed_workspace(args.out, "reproduce"):  # one reproduce per --out; never into a folder of other files
-        summary = reproduce(config, args.out)
+        summary = reproduce(config, args.out, args.claims)
     width = max(len(v["claim"]) for v in summary["verdicts"])
     for verdict in summary["verdicts"]:
         where = verdict["model"] + (f" · {verdict['corpus']}" if verdict.get("corpus") else "")
         print(f"{verdict['claim']:<{width}}  {verdict['verdict']:<20} {where}")
-    print(f"report: {args.out}/report.html ({summary['seconds']:.0f} s)")
+    written = "claims-verdicts.json" if args.claims else "report.html"
+    print(f"report: {args.out}/{written} ({summary['seconds']:.0f} s)")
     return 0

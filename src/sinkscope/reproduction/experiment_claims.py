@@ -254,13 +254,24 @@ def prevalence_table(classes: pd.DataFrame) -> pd.DataFrame:
 def judge_experiments(model: str, config: ReproduceConfig, read: dict) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:
     """The verdicts of `sink_in_use`, `dense_causal`, `prevalence`, `switch_assumptions` on one model from the
     sections' data (`read`: name of `experiment_sections.experiment_sections` → what its `load` returned), and
-    their tables (eviction, dense, prevalence, switch_assumptions)."""
+    their tables (eviction, dense, prevalence, switch_assumptions). A run of some claims only reads some of the
+    sections: the verdicts of those, and no tables."""
     corpus, seed = config.corpora[0], config.seed
-    losses, cosines, classes, arrays = read["eviction"], read["dense"], read["prevalence"], read["assumptions"]
-    extra = {"T": int(losses["seq_len"]), "recent_window": int(losses["window"]),
-             "loss_full": float(np.mean(losses["full"])), "loss_recent": float(np.mean(losses["recent"]))}  # fmt: skip
-    verdicts = [sink_in_use_verdict(model, losses, extra, seed), dense_causal_verdict(model, cosines, seed),
-                prevalence_verdict(model, classes, seed), assumptions_verdict(model, arrays, seed)]  # fmt: skip
-    tables = {"eviction": eviction_table(losses), "dense": dense_table(cosines), "prevalence": prevalence_table(classes),
-              "switch_assumptions": assumptions_table(arrays)}  # fmt: skip
+    verdicts = []
+    if "eviction" in read:
+        losses = read["eviction"]
+        extra = {"T": int(losses["seq_len"]), "recent_window": int(losses["window"]),
+                 "loss_full": float(np.mean(losses["full"])), "loss_recent": float(np.mean(losses["recent"]))}  # fmt: skip
+        verdicts.append(sink_in_use_verdict(model, losses, extra, seed))
+    if "dense" in read:
+        verdicts.append(dense_causal_verdict(model, read["dense"], seed))
+    if "prevalence" in read:
+        verdicts.append(prevalence_verdict(model, read["prevalence"], seed))
+    if "assumptions" in read:
+        verdicts.append(assumptions_verdict(model, read["assumptions"], seed))
+    tables = {}
+    if len(verdicts) == 4:
+        tables = {"eviction": eviction_table(read["eviction"]), "dense": dense_table(read["dense"]),
+                  "prevalence": prevalence_table(read["prevalence"]),
+                  "switch_assumptions": assumptions_table(read["assumptions"])}  # fmt: skip
     return [replace(verdict, corpus=corpus) for verdict in verdicts], tables

@@ -214,30 +214,47 @@ def weight_verdicts(model: str, corpus: str, table: pd.DataFrame, seed: int, hea
 ANCHORS = {"builtin:prose": "natural", "builtin:random": "random", "builtin:repeat": "repeat"}
 
 
-def judge_model(model: str, config: ReproduceConfig, m: Measurements) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:
+def judge_model(model: str, config: ReproduceConfig, m: Measurements, claims: tuple[str, ...] | None = None
+                ) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:  # fmt: skip
     """Every per-model verdict, and the evidence tables each links to: geometry (per corpus, layer), switch (per
     corpus, τ and δ scale), value_drain (per corpus, KV group), certificates, heads (first corpus), weights,
-    ablation, cost_layers, anchors."""
+    ablation, cost_layers, anchors. `claims`: judge only those (their sections alone were read:
+    `plan.ModelPlan.needed`), and return no tables."""
     first, seed, T = config.corpora[0], config.seed, config.seq_len
+
+    def wanted(*names: str) -> bool:
+        return claims is None or any(name in claims for name in names)
+
     verdicts = []
-    for corpus in config.corpora:
-        verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], m.switch[corpus], T, seed,
-                                    config.switch_drain_max)  # fmt: skip
-    bos = forced_bos(m.ablation)
+    if wanted("geometry", "oversmoothing", "switch", "switch_routes", "value_drain", "mlp_like"):
+        for corpus in config.corpora:
+            verdicts += corpus_verdicts(model, corpus, m.runs[corpus], m.evidence[corpus], m.switch[corpus], T, seed,
+                                        config.switch_drain_max)  # fmt: skip
+    bos = forced_bos(m.ablation) if "mode" in m.ablation else {}
     verdicts = [replace(v, evidence=v.evidence | bos) if v.claim == "switch_routes" else v for v in verdicts]
     heads = m.runs[first].heads
-    certificates = m.certificates.to_dict("records")
-    width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
     depth = int(heads["layer"].max()) + 1
-    verdicts.append(replace(representability_verdict(model, certificates, width, seed, depth), corpus=first))
+    if wanted("representability"):
+        width = int(m.certificates["width"].iloc[0]) if len(m.certificates) else 0
+        verdicts.append(replace(representability_verdict(model, m.certificates.to_dict("records"), width, seed, depth),
+                                corpus=first))  # fmt: skip
     fraction = config.ablation_fraction
-    verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed, fraction, m.ablation_variants))
-    verdicts += ablation_verdicts(model, first, m.ablation, heads, seed, fraction, m.ablation_variants)
-    verdicts.append(cost_layers_verdict(model, first, m.costs, seed, depth))
-    weight_table = weight_heads(m.weights, heads, m.alignment)
-    verdicts += weight_verdicts(model, first, weight_table, seed, int(m.runs[first].meta["model"]["head_dim"]))
-    scores = {label: m.evidence[corpus]["sink_column"] / T for corpus, label in ANCHORS.items() if corpus in m.evidence}
-    verdicts.append(replace(gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
+    if wanted("sink_ablation"):
+        verdicts.append(sink_query_verdict(model, first, m.sink_queries, m.ablation, seed, fraction,
+                                           m.ablation_variants))  # fmt: skip
+    if wanted("dormant_heads"):
+        verdicts += ablation_verdicts(model, first, m.ablation, heads, seed, fraction, m.ablation_variants)
+    if wanted("cost_real_layers"):
+        verdicts.append(cost_layers_verdict(model, first, m.costs, seed, depth))
+    if wanted("weights_low_rank", "weights_bos_alignment"):
+        weight_table = weight_heads(m.weights, heads, m.alignment)
+        verdicts += weight_verdicts(model, first, weight_table, seed, int(m.runs[first].meta["model"]["head_dim"]))
+    if wanted("gu_sink_rate"):
+        scores = {label: m.evidence[c]["sink_column"] / T for c, label in ANCHORS.items() if c in m.evidence}
+        verdicts.append(replace(gu_sink_rate_verdict(model, scores, seed), corpus="builtin:prose,random,repeat"))
+    if claims is not None:
+        more = judge_experiments(model, config, m.experiments)[0] if m.experiments else []
+        return [verdict for verdict in verdicts + more if verdict.claim in claims], {}
     tables = {
         "geometry": pd.concat([geometry_table(m.runs[corpus], m.evidence[corpus] | m.switch[corpus], T)
                                .assign(corpus=corpus)
@@ -342,9 +359,12 @@ def fit_exponent(T: np.ndarray, cost: np.ndarray) -> float:
     return float(np.polyfit(np.log(T), np.log(cost), 1)[0])
 
 
-def judge_theory(theory: pd.DataFrame, regimes: dict) -> list[Verdict]:
+def judge_theory(theory: pd.DataFrame | None, regimes: dict) -> list[Verdict]:
     """Model-free claims: closed-form exponents (nuclear cost, T ≥ 64) with the exact programs' agreement, and
-    the bigram-backcopy regimes."""
+    the bigram-backcopy regimes (`theory` None: the regimes alone, a run of some claims only)."""
+    regime = regimes_verdict("synthetic", regimes.get("inits"), regimes.get("reason", ""))
+    if theory is None:
+        return [regime]
     nuclear = theory[(theory["norm"] == "nuclear") & (theory["T"] >= 64)]
     exponents = {
         pattern: fit_exponent(group["T"].to_numpy(float), group["closed_form"].to_numpy(float))
@@ -356,5 +376,4 @@ def judge_theory(theory: pd.DataFrame, regimes: dict) -> list[Verdict]:
     )
     closed = cost_closed_forms_verdict("theory", exponents.get("sink", math.nan),
                                        exponents.get("diagonal", math.nan), error)  # fmt: skip
-    regime = regimes_verdict("synthetic", regimes.get("inits"), regimes.get("reason", ""))
     return [closed, regime]

@@ -1,7 +1,8 @@
 """One model's reproduction as a plan: its sections (`reproduction.sections`), declared before anything runs, in
 the order they are computed, and the one walk over them that computes each section at most once.
 
-`model_plan` builds the sections; `walk` reuses every section whose directory holds its key, computes the others
+`model_plan` builds the sections; `ModelPlan.needed(claims)` keeps those the named claims read (`CLAIM_PARTS`);
+`walk` reuses every section whose directory holds its key, computes the others
 (loading the model only when the first one must be computed) and reads each back; `ModelPlan.measurements` hands
 what was read to the judge as one `judge.Measurements`, so the judge reads evidence and calls no pipeline.
 """
@@ -36,6 +37,22 @@ from sinkscope.reproduction.sections import (
 if TYPE_CHECKING:
     from sinkscope.models.load import LoadedModel
 
+# The parts of one model's plan each claim's verdict reads (`judge.judge_model`); the first corpus's analysis is
+# always read (its head scores pick the ablated heads, its depth and head dimension enter several claims).
+# "corpora": each main corpus's analysis, per-window evidence and switch pass; "anchors": the analyses and
+# evidence of builtin:prose, :random, :repeat; an experiment by its `experiment_sections` name.
+CLAIM_PARTS: dict[str, tuple[str, ...]] = {
+    "geometry": ("corpora",), "oversmoothing": ("corpora",), "switch": ("corpora",), "value_drain": ("corpora",),
+    "mlp_like": ("corpora",), "switch_routes": ("corpora", "ablations"), "representability": ("certificates",),
+    "sink_ablation": ("ablations", "sink_queries", "ablation_sensitivity"),
+    "dormant_heads": ("ablations", "ablation_sensitivity"), "cost_real_layers": ("costs",),
+    "weights_low_rank": ("weights", "certificates"), "weights_bos_alignment": ("weights", "certificates"),
+    "gu_sink_rate": ("anchors",), "sink_in_use": ("eviction",), "dense_causal": ("dense",),
+    "prevalence": ("prevalence",), "switch_assumptions": ("assumptions",),
+}  # fmt: skip
+# The claims judged without a model (`reproduction.run`): each reads one model-free section.
+MODEL_FREE_CLAIMS = ("cost_closed_forms", "bigram_backcopy_regimes", "cost_boundary", "cost_boundary_trained")
+
 
 @dataclass(frozen=True)
 class ModelPlan:
@@ -61,21 +78,46 @@ class ModelPlan:
                 self.weights, *self.evidence.values(), self.certificates, *self.experiments.values(),
                 *sensitivity]  # fmt: skip
 
+    def needed(self, claims: tuple[str, ...] | None = None) -> list[Section]:
+        """`in_order()`, or with `claims` only the sections those claims read (`CLAIM_PARTS`), in the same order."""
+        if claims is None:
+            return self.in_order()
+        parts = {part for claim in claims for part in CLAIM_PARTS.get(claim, ())}
+        main = list(self.switch)
+        anchors = [corpus for corpus in self.analyses if corpus in ANCHOR_CORPORA]
+        chosen = [self.analyses[main[0]]]
+        if "corpora" in parts:
+            chosen += [self.analyses[c] for c in main] + [self.evidence[c] for c in main] + list(self.switch.values())
+        if "anchors" in parts:
+            chosen += [self.analyses[c] for c in anchors] + [self.evidence[c] for c in anchors]
+        chosen += [*self.ablations] if "ablations" in parts else []
+        named = {"sink_queries": self.sink_queries, "costs": self.costs, "weights": self.weights,
+                 "certificates": self.certificates, "ablation_sensitivity": self.ablation_sensitivity,
+                 **self.experiments}  # fmt: skip
+        chosen += [section for part, section in named.items() if part in parts and section is not None]
+        keep = {section.directory for section in chosen}
+        return [section for section in self.in_order() if section.directory in keep]
+
     def measurements(self, read: dict[Path, Any]) -> Measurements:
-        """The judge's evidence from `read` (section directory -> what its `load` returned)."""
+        """The judge's evidence from `read` (section directory -> what its `load` returned); a section not read
+        (a run of some claims only) leaves its field empty."""
 
         def by_corpus(sections: dict[str, Section]) -> dict[str, Any]:
-            return {corpus: read[section.directory] for corpus, section in sections.items()}
+            return {corpus: read[section.directory] for corpus, section in sections.items()
+                    if section.directory in read}  # fmt: skip
 
-        certificates, alignment = read[self.certificates.directory]
-        ablation = pd.concat([read[section.directory] for section in self.ablations], ignore_index=True)
-        return Measurements(runs=by_corpus(self.analyses), ablation=ablation, costs=read[self.costs.directory],
-                            weights=read[self.weights.directory], evidence=by_corpus(self.evidence),
-                            certificates=certificates, alignment=alignment,
-                            sink_queries=read[self.sink_queries.directory], switch=by_corpus(self.switch),
+        def one(section: Section | None, empty: Any) -> Any:
+            return read[section.directory] if section is not None and section.directory in read else empty
+
+        certificates, alignment = one(self.certificates, (pd.DataFrame(), pd.DataFrame()))
+        ablations = [read[section.directory] for section in self.ablations if section.directory in read]
+        return Measurements(runs=by_corpus(self.analyses),
+                            ablation=pd.concat(ablations, ignore_index=True) if ablations else pd.DataFrame(),
+                            costs=one(self.costs, pd.DataFrame()), weights=one(self.weights, pd.DataFrame()),
+                            evidence=by_corpus(self.evidence), certificates=certificates, alignment=alignment,
+                            sink_queries=one(self.sink_queries, {}), switch=by_corpus(self.switch),
                             experiments=by_corpus(self.experiments),
-                            ablation_variants=read[self.ablation_sensitivity.directory]
-                            if self.ablation_sensitivity is not None else {})  # fmt: skip
+                            ablation_variants=one(self.ablation_sensitivity, {}))  # fmt: skip
 
 
 def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:

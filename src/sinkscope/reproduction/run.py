@@ -33,6 +33,7 @@ instead of recomputed, so a rerun only does what is missing or changed, and says
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -55,10 +56,23 @@ def check_folders(config: ReproduceConfig) -> None:
                                      "ignores case; rename one")  # fmt: skip
 
 
-def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
+def check_claims(claims: tuple[str, ...] | None) -> None:
+    """Refuse, before any work, a claim name that is not one of `claim_texts.CLAIMS`: one line listing them."""
+    from sinkscope.reproduction.claim_texts import CLAIMS
+
+    unknown = [name for name in claims or () if name not in CLAIMS]
+    if unknown:
+        raise SinkscopeError(f"--claims {','.join(unknown)}: no such claim; choose from {', '.join(CLAIMS)}")
+
+
+def reproduce(config: ReproduceConfig, out: str | Path, claims: tuple[str, ...] | None = None) -> dict:
     """Run (or reuse) every section for every model, judge each claim, write the tables, verdicts and reports.
 
-    Returns `{"verdicts": [Verdict.to_dict()...], "seconds": ..., "reused": {model: [sections]}}`.
+    `claims`: only the sections those claims read (`plan.ModelPlan.needed`, `plan.MODEL_FREE_CLAIMS`), at the
+    config's full size, and only their verdicts; such a run writes claims-verdicts.json and claims-summary.json
+    (a full run's verdicts.json, summary.json and report in the same `out` stay as they were: the report's
+    sections need every claim). Returns `{"verdicts": [Verdict.to_dict()...], "seconds": ..., "reused":
+    {model: [sections]}}`.
     """
     from sinkscope.corpus.sources import check_source
     from sinkscope.reproduction.claim_texts import with_claim_text
@@ -66,10 +80,11 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     from sinkscope.reproduction.experiment_claims import cost_boundary_trained_verdict, cost_boundary_verdict
     from sinkscope.reproduction.experiment_sections import boundary_lab, cost_regimes_theory
     from sinkscope.reproduction.judge import judge_model, judge_theory
-    from sinkscope.reproduction.plan import model_opener, model_plan, walk
+    from sinkscope.reproduction.plan import CLAIM_PARTS, model_opener, model_plan, walk
     from sinkscope.reproduction.regime_section import read_regime_map, regime_runs
     from sinkscope.reproduction.report import write_reports
 
+    check_claims(claims)
     out = Path(out)
     for corpus in dict.fromkeys((*config.corpora, *ANCHOR_CORPORA)):
         check_source(corpus)  # a missing corpus file fails before any model loads
@@ -78,8 +93,11 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         read_regime_map(config.regimes_from)  # a damaged map fails before any section is computed
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    theory = cost_theory(config, out)
-    boundary = cost_regimes_theory(config, out)
+    def wanted(name: str) -> bool:
+        return claims is None or name in claims
+
+    theory = cost_theory(config, out) if wanted("cost_closed_forms") else None
+    boundary = cost_regimes_theory(config, out) if wanted("cost_boundary") else None
     verdicts: list = []
     evidence: dict[str, dict] = {}
     reused: dict[str, list[str]] = {}
@@ -87,15 +105,26 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
     for index, name in enumerate(config.models, 1):
         log(f"model {index}/{len(config.models)}: {name}")
         plan = model_plan(name, config, out)
-        walked = walk(name, plan.in_order(), model_opener(name, config))
-        model_verdicts, tables = judge_model(name, config, plan.measurements(walked.read))
+        if claims is not None and not any(claim in CLAIM_PARTS for claim in claims):
+            continue  # only model-free claims: no section of this model is read
+        walked = walk(name, plan.needed(claims), model_opener(name, config))
+        model_verdicts, tables = judge_model(name, config, plan.measurements(walked.read), claims)
         verdicts.extend(model_verdicts)
         evidence[name] = tables
         reused[name], seconds[name] = walked.reused, walked.seconds
-    regimes = regime_runs(config, out)  # last: it trains small models, the slowest part on a busy machine
-    trained = boundary_lab(config, out)
-    verdicts = [*judge_theory(theory, regimes), cost_boundary_verdict(**boundary, seed=config.seed),
-                cost_boundary_trained_verdict(trained.get("runs"), trained.get("reason", ""), config.seed), *verdicts]
+    # last: they train small models, the slowest part on a busy machine
+    regimes = regime_runs(config, out) if wanted("bigram_backcopy_regimes") else {}
+    trained = boundary_lab(config, out) if wanted("cost_boundary_trained") else {}
+    if claims is None:
+        verdicts = [*judge_theory(theory, regimes), cost_boundary_verdict(**boundary, seed=config.seed),
+                    cost_boundary_trained_verdict(trained.get("runs"), trained.get("reason", ""), config.seed),
+                    *verdicts]  # fmt: skip
+    else:
+        free = [*judge_theory(theory, regimes),
+                *([cost_boundary_verdict(**boundary, seed=config.seed)] if boundary is not None else []),
+                *([cost_boundary_trained_verdict(trained.get("runs"), trained.get("reason", ""), config.seed)]
+                  if wanted("cost_boundary_trained") else [])]  # fmt: skip
+        verdicts = [verdict for verdict in free if verdict.claim in claims] + verdicts
     summary = {
         "config": config.to_dict(),
         "verdicts": [with_claim_text(v.to_dict()) for v in verdicts],
@@ -104,6 +133,15 @@ def reproduce(config: ReproduceConfig, out: str | Path) -> dict:
         "reused": reused,
         "regimes": {k: v for k, v in regimes.items() if k != "cells"},
     }
+    if claims is not None:  # the report's sections need every claim: the verdicts and the summary only
+        from sinkscope.staging import staged_file_bytes
+
+        verdicts_file = out / "claims-verdicts.json"
+        staged_file_bytes(verdicts_file, json.dumps(summary["verdicts"], indent=2, ensure_ascii=False).encode())
+        staged_file_bytes(out / "claims-summary.json", json.dumps(summary, indent=2, ensure_ascii=False,
+                                                                  default=str).encode())  # fmt: skip
+        log(f"done in {time.perf_counter() - started:.0f} s: {verdicts_file} ({', '.join(claims)} only)")
+        return summary
     log("writing the report")
     extra = {"cost_regimes": boundary["geometry"], "cost_regimes_vocabulary": boundary["vocabulary"]}
     if "runs" in trained:
