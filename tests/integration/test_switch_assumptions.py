@@ -38,7 +38,7 @@ def test_categories():
 def test_counts_against_loops():
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                          initializer_range=0.5, bos_token_id=BOS, eos_token_id=1)  # fmt: skip
     model = LlamaForCausalLM(config).eval().requires_grad_(False)
     lm = LoadedModel(model=model, tokenizer=None, family=family_for("llama"), identity={})
@@ -60,7 +60,7 @@ def test_counts_against_loops():
     listed = set(map(tuple, result["offenders"][["window", "layer", "head", "t"]].to_numpy().tolist()))
     expected_listed = set()
     for layer in range(2):
-        v = values[layer].double().view(3, T, 2, 8)
+        v = values[layer].double().view(3, T, 2, 16)
         for b in range(3):
             switched = both = 0
             for head in range(4):
@@ -79,7 +79,11 @@ def test_counts_against_loops():
             z = norms_in[layer][b].double().numpy()
             rank, distance = span_assumptions(z[1:], z[0])
             assert cells.loc[(b, layer), "span_distance"] == pytest.approx(distance)
-            assert bool(cells.loc[(b, layer), "holds"]) == (rank == T - 1 and distance >= 0.05)
+            value_ranks = [np.linalg.matrix_rank(v[b, 1:, k].numpy(), tol=1e-4 * np.linalg.norm(v[b, 1:, k].numpy(), 2))
+                           for k in range(2)]  # fmt: skip
+            assert cells.loc[(b, layer), "value_rank_min"] == min(value_ranks)
+            assert bool(cells.loc[(b, layer), "holds"]) == (rank == T - 1 and distance >= 0.05
+                                                           and min(value_ranks) == T - 1)  # fmt: skip
     assert listed == expected_listed and expected_listed
     total = result["conditioned"].set_index("cells").loc["all"]
     assert total["switched"] == result["cells"]["switched"].sum() > 0

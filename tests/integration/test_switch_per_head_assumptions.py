@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from sinkscope.pipelines.switch_assumptions import SwitchConfig, run_switch_assumptions
 from sinkscope.reproduction.experiment_sections import assumption_evidence
 from sinkscope.reproduction.switch_assumption_claims import ASSUMPTIONS, assumptions_verdict, independent
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE, NOT_SUPPORTED, SUPPORTED
@@ -76,3 +77,19 @@ def test_more_contexts_than_value_dimensions_is_not_measurable():
     assert not eager_independent(lm, ids).any()
     verdict = assumptions_verdict("m", got)
     assert verdict.verdict == NOT_MEASURABLE and "dimension count" in verdict.reason
+
+
+def test_the_switch_assumptions_command_fails_the_cells_of_a_rank_two_value_map():
+    """`sinkscope switch-assumptions`' cells: `value_rank_min` equals numpy's rank, and a rank-2 W_V fails every
+    (window, layer) cell however the input-space quantities come out."""
+    lm = build("llama")
+    ids = distinct_windows(12)
+    full = run_switch_assumptions(lm, [ids[:4], ids[4:]], SwitchConfig(bootstrap=10))["cells"]
+    assert (full["value_rank_min"] == 11).all() and full["holds"].any()
+    with torch.no_grad():
+        for block in lm.layers:
+            w = block.self_attn.v_proj.weight
+            w.copy_(w[:, :2] @ torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(6)))
+    assert not eager_independent(lm, ids).any()
+    low = run_switch_assumptions(lm, [ids[:4], ids[4:]], SwitchConfig(bootstrap=10))["cells"]
+    assert (low["value_rank_min"] == 2).all() and not low["holds"].any() and not low["values_independent"].any()

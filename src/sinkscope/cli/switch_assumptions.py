@@ -11,8 +11,10 @@ EPILOG = """examples:
   sinkscope switch-assumptions --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 16 --out runs/sw
   sinkscope switch-assumptions --model gemma3-270m --tau 0.1 --delta 0.1 --min-distance 0.05 --out runs/sw-gemma
 
-Per (layer, window): numerical rank of the context inputs z_1..z_{T-1} and BOS's relative distance from their span;
-the assumptions hold when the rank is full and the distance ≥ --min-distance. Agreement P(hard sink | switched off)
+Per (layer, window): numerical rank of the context inputs z_1..z_{T-1} and BOS's relative distance from their span,
+and the smallest rank over KV heads of the context values v_1..v_{T-1} (singular values above 1e-4 × the largest);
+the assumptions hold when both ranks are full (T - 1; the values' needs T - 1 ≤ head_dim) and the distance ≥
+--min-distance. Agreement P(hard sink | switched off)
 where they hold / fail / overall (95 % bootstrap interval over windows); every switched-off non-sink query listed
 and sorted (near sink, self with a small value, another small-value key, spread). Writes OUT/switch_*.parquet,
 switch_assumptions.json, figures/switch_assumptions.png and report.html; see docs/experiments.md."""

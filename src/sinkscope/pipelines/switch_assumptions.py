@@ -4,8 +4,12 @@ The theorem ("a head switches a query off, `o_t = 0`, iff the query is a sink") 
 window to be linearly independent and BOS's input `z_0` to lie outside their span (docs/theory/geometry.md, The
 hard switch). Per (layer, window) this module computes, on that window's own attention inputs `z_1..z_{T−1}`
 (`theory.halfspace.span_assumptions`): `context_rank` (numerical rank, singular values above 1e-4 × the largest)
-and `span_distance` = |z_0 − P z_0| / |z_0|. The assumptions **hold** when the rank is full (T−1, which needs
-T−1 ≤ d) and `span_distance ≥ min_distance` (default 0.05: z_0 at least 5 % of its norm away from the span).
+and `span_distance` = |z_0 − P z_0| / |z_0|; and in each KV head's value space the numerical rank of the context
+values v_1..v_{T−1} (`functional.switch.context_value_spectrum` at `rank_rtol`), whose smallest over the KV heads is
+`value_rank_min`: switch ⇒ sink needs them independent, which can fail wherever T − 1 ≤ head_dim (a value map may
+collapse contexts) and fails by the dimension count alone where T − 1 > head_dim. The assumptions **hold** when
+the input rank is full (T−1, which needs T−1 ≤ d), `span_distance ≥ min_distance` (default 0.05: z_0 at least
+5 % of its norm away from the span) and every KV head's context values are independent (`values_independent`).
 
 Per (layer, window, head) it counts, over queries t ≥ 1, the switched-off ones (`||o_t|| ≤ τ · mean_{j≤t} ||v_j||`,
 SPEC §3) and of those the hard sinks (`A[t,0] ≥ 1 − δ`); `agreement` = P(hard sink | switched off), pooled over the
@@ -31,6 +35,7 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.functional.switch import context_value_spectrum, numerical_rank
 from sinkscope.models.families import attention_module, input_norm_module
 from sinkscope.models.load import LoadedModel
 from sinkscope.models.weight_maps import projection_channels
@@ -44,6 +49,7 @@ class SwitchConfig:
     tau: float = 0.1  # switched off: ||o_t|| ≤ τ · mean_{j≤t} ||v_j||
     delta: float = 0.1  # hard sink: A[t,0] ≥ 1 − δ
     min_distance: float = 0.05  # span_distance at or above which z_0 counts as outside the contexts' span
+    rank_rtol: float = 1e-4  # a context value direction counts when its singular value is above this × the largest
     bootstrap: int = 1000
     seed: int = 0
 
@@ -98,13 +104,17 @@ def measure(lm: LoadedModel, batches: Iterable[Tensor], config: SwitchConfig) ->
                 attn = attn.double()
                 values = v_in[layer][..., channels].double().reshape(B, T, layout.n_kv_heads, -1).transpose(1, 2)
                 off, sink, scale = switch_masks(attn, values, layout.group, config.tau, config.delta)
+                value_ranks = numerical_rank(context_value_spectrum(values), config.rank_rtol).min(-1).values  # (B,)
                 off, sink = off[..., 1:], sink[..., 1:]  # queries t ≥ 1
                 z = z_in[layer].double().cpu().numpy()
                 for b in range(B):
                     rank, distance = span_assumptions(z[b, 1:], z[b, 0])
+                    independent = int(value_ranks[b]) == T - 1
                     cells.append({"window": start + b, "layer": layer, "context_rank": rank, "n_contexts": T - 1,
-                                  "span_distance": distance,
-                                  "holds": rank == min(T - 1, z.shape[-1]) and distance >= config.min_distance,
+                                  "span_distance": distance, "value_rank_min": int(value_ranks[b]),
+                                  "values_independent": independent,
+                                  "holds": rank == min(T - 1, z.shape[-1]) and distance >= config.min_distance
+                                  and independent,
                                   "switched": int(off[b].sum()), "switched_sink": int((off[b] & sink[b]).sum()),
                                   "sink": int(sink[b].sum()), "queries": int(off[b].numel())})  # fmt: skip
                 offenders += _offenders(attn, values, off & ~sink, scale, ids, layer, start, layout.group)
@@ -170,6 +180,7 @@ def run_switch_assumptions(lm: LoadedModel, windows, config: SwitchConfig) -> di
     started = time.perf_counter()
     cells, offenders = measure(lm, windows, config)
     layers = cells.groupby("layer").agg(holds_frac=("holds", "mean"), rank_median=("context_rank", "median"),
+                                        value_rank_median=("value_rank_min", "median"),
                                         n_contexts=("n_contexts", "first"),
                                         span_distance_median=("span_distance", "median"),
                                         span_distance_min=("span_distance", "min"), switched=("switched", "sum"),

@@ -54,12 +54,16 @@ CLAIMS: dict[str, Claim] = {
     "switch": Claim(
         3, "Under mild geometric assumptions (verified in pretrained LLMs), a head implements a hard attention "
         "switch if and only if it implements an attention sink.",
-        "pooled 2×2 table of queries × heads: switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖) × hard sink "
-        "(A[t,0] ≥ 1 − δ); both P(sink | off) and P(off | sink) as curves over τ; judged at the τ where the "
-        "smaller of the two is largest",
-        "an 'if and only if' needs both directions, on the same queries; τ trades one direction for the other, "
-        "so the claim holds if some τ makes both hold",
-        "P(off | no sink): how often queries that do not sink are switched off", "switch"),
+        "per head, each direction on its own: switch ⇒ sink, the mean over heads with ≥ `min_head_queries` "
+        "switched-off queries (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖) of P(hard sink | off); sink ⇒ switch where the "
+        "theorem gives it, the mean over heads with ≥ `min_head_queries` hard-sink queries (A[t,0] ≥ 1 − δ) in "
+        "windows where their value drains (‖v_0‖ / mean_{j≥1} ‖v_j‖ ≤ `drain_max`) of P(off | sink); the word is "
+        "the weaker direction's; how many sink heads are hard switches is counted",
+        "the theorem is about heads: a zero output needs the mass on a vanishing value (switch ⇒ sink), and a sink "
+        "switches off only where its value vanishes; pooling queries over heads weighs the few layers that switch "
+        "most, and a sink head whose BOS value does not vanish is no counter-example",
+        "P(off | sink) on the sink queries of windows where the value does not drain (the theorem predicts "
+        "nothing there)", "switch_heads"),
     "value_drain": Claim(
         3, "A sink's value state is small (Guo et al. 2024): ‖v_0‖ is well below the other tokens' values on "
         "sink heads.",
@@ -165,12 +169,15 @@ CLAIMS: dict[str, Claim] = {
     "switch_assumptions": Claim(
         3, "Under mild geometric assumptions (specifically regarding the rank of input embeddings and their span), "
         "a hard attention switch (zero output) is mathematically equivalent to an attention sink.",
-        "per (layer, window) the assumptions on the attention inputs: rank of z_1..z_{T−1} full and |z_0 − P z_0| "
-        "/ |z_0| ≥ `min_distance`; the `switch` effect (max over τ of min(P(sink | off), P(off | sink))) pooled "
-        "over the cells where they hold",
-        "the theorem is conditional: judging it only where its assumptions hold is its own test, and the same "
-        "effect over every cell shows what the condition changes",
-        "the same effect over every (layer, window) cell; P(off | no sink) as in `switch`", "switch_assumptions"),
+        "per (window, layer, KV head) whether the T − 1 context values v_1..v_{T−1} are linearly independent in "
+        "the head's value space (all singular values above `rank_rtol` × the largest), which switch ⇒ sink "
+        "needs; effect: the share of cells where they are; not measurable where T − 1 exceeds the head "
+        "dimension (dependent by dimension count)",
+        "the assumption must be tested where it can fail: in the value space (dimension head_dim) a value map can "
+        "collapse contexts, while the input-space rank and span (reported beside it) hold almost by dimension "
+        "count at T − 1 well below the width",
+        "the input-space quantities (rank of z_1..z_{T−1}, |z_0 − P z_0| / |z_0| ≥ 0.05) and switch ⇒ sink "
+        "where the values are and are not independent (reported)", "switch_assumptions"),
     "prevalence": Claim(
         4, "This explains the prevalence of sinks over diagonal patterns in pretrained transformers.",
         "every head classified in every window (sink: mean_t A[t,0] > ε = 0.3, diagonal: mean A[t,t] > 0.5, "
