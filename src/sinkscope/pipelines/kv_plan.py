@@ -31,6 +31,7 @@ same ranking at another share. See docs/kv-plans.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import torch
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.models.load import LoadedModel
 
 PLAN_FILE, CONFIG_FILE, HEADS_FILE = "full_attention_heads.tsv", "config.json", "kv_plan_heads.parquet"
 RULES = ("measures", "far-mass")
@@ -64,7 +66,7 @@ class PlanConfig:
             raise SinkscopeError(f"--rule {self.rule} must be one of {', '.join(RULES)}")
 
 
-def kv_head_count(config) -> tuple[int, int, int]:
+def kv_head_count(config: object) -> tuple[int, int, int]:
     """(layers, KV heads, query heads per KV head) from a model config that names `num_key_value_heads`."""
     config = getattr(config, "text_config", None) or config
     n_kv = getattr(config, "num_key_value_heads", None)
@@ -93,7 +95,7 @@ def far_mass(attn: Tensor, sink_size: int, recent_size: int) -> Tensor:
 
 
 @torch.no_grad()
-def measure_far_mass(lm, batches, sink_size: int, recent_size: int) -> np.ndarray:
+def measure_far_mass(lm: LoadedModel, batches: Iterable[Tensor], sink_size: int, recent_size: int) -> np.ndarray:
     """Float[L, H]: `far_mass` of every query head, averaged over the batches (one eager pass of the base model)."""
     previous, sums, n = lm.model.config._attn_implementation, None, 0
     try:

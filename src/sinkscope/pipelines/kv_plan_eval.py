@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
+from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.eviction import Z95, keep_mask
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 NAME = "sinkscope_kv_plan"  # the attention implementation registered inside `plan_attention`
 _MASKS: ContextVar[Tensor | None] = ContextVar("_MASKS", default=None)
@@ -98,7 +103,7 @@ def _bool_mask(*args, **kwargs):
 
 
 @contextmanager
-def plan_attention(lm, masks: Tensor) -> Iterator[None]:
+def plan_attention(lm: LoadedModel, masks: Tensor) -> Iterator[None]:
     """Inside the block every attention layer l of `lm` restricts query head h to `masks[l, h]` (Bool[L, H, T, T]);
     the previous attention implementation comes back in `finally`."""
     from transformers import AttentionInterface
@@ -122,7 +127,7 @@ def probe(ids: Tensor, span: int, sink_size: int) -> Tensor:
 
 
 @torch.no_grad()
-def window_scores(lm, probes: list[Tensor], masks: Tensor | None, span: int, recent_size: int) -> np.ndarray:
+def window_scores(lm: LoadedModel, probes: list[Tensor], masks: Tensor | None, span: int, recent_size: int) -> np.ndarray:
     """Float64[W, 2]: (loss, accuracy) of every probe window (module doc) with the attention restricted to `masks`
     (None: the model's own)."""
     rows = []
@@ -147,7 +152,7 @@ def memory_share(n_full: int, n_heads: int, seq_len: int, sink_size: int, recent
     return (n_full * seq_len + (n_heads - n_full) * min(seq_len, sink_size + recent_size)) / (n_heads * seq_len)
 
 
-def compare(lm, probes: list[Tensor], orders: dict[str, np.ndarray], shape: tuple[int, int, int],
+def compare(lm: LoadedModel, probes: list[Tensor], orders: dict[str, np.ndarray], shape: tuple[int, int, int],
             sink_size: int, recent_size: int, config: EvalConfig, plan: np.ndarray | None = None,
             progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """(rows, oracle): one row per (policy, draw, n_full, window) with `loss`, `accuracy`, `memory`; and the
@@ -230,7 +235,7 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["n_full", "policy"]).reset_index(drop=True)
 
 
-def figure(summary: pd.DataFrame, title: str):
+def figure(summary: pd.DataFrame, title: str) -> Figure:
     """Loss (left) and copy accuracy (right) against the share of KV memory kept: one line per ranked policy, the
     random draws' mean with their 2.5–97.5 % band, `streaming` and `full` as the curve's ends."""
     from matplotlib.figure import Figure
