@@ -24,6 +24,7 @@ to. A train-bb grid run has no input files: its identity is its whole configurat
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -75,8 +76,9 @@ def _write_cached(path: Path, key: tuple, digest: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps({"stat": list(key), "sha256": digest}), encoding="utf-8")
         os.replace(tmp, target)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    except OSError:  # no cache (SINKSCOPE_CACHE a file, a full disk, no permission): nothing is kept
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def content_sha256(path: str | Path) -> str:
