@@ -1,7 +1,8 @@
 """Checkpoints of a long analysis: the feed's streaming state every N windows, so `--resume` continues.
 
-One safetensors file per data-parallel rank, with a JSON fingerprint of what was being computed (model,
-corpus, T, thresholds, world size) and the identity of the text by content: sha256 of the token ids of the
+One safetensors file per data-parallel rank, with a JSON fingerprint of what was being computed (the model with
+its identity by content: the sha256 of its weight, config and tokenizer files, `sinkscope.identity`; corpus, T,
+thresholds, world size) and the identity of the text by content: sha256 of the token ids of the
 windows analysed so far (`windows_sha256`, int64 row after row). Resuming a different computation, or the same
 corpus path whose text changed, is refused rather than silently mixed; so is a damaged checkpoint.
 A resumed run gives the same result as an uninterrupted one (the geometry sample's priorities depend only on

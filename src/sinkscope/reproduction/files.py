@@ -131,8 +131,16 @@ def _read_stamp(directory: Path) -> tuple[object, dict | None] | None:
     except (OSError, UnicodeDecodeError, ValueError) as err:
         log(f"{directory}: its stored key {KEY_FILE} is damaged ({type(err).__name__}): computing the section again")
         return None
-    if isinstance(stamp, dict) and set(stamp) == {"identity", "stored"} and isinstance(stamp["stored"], dict):
-        return stamp["identity"], stamp["stored"]
+    if isinstance(stamp, dict) and set(stamp) == {"identity", "stored"}:
+        stored = stamp["stored"]
+        if not isinstance(stored, dict) or not all(
+            isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and isinstance(entry[1], str)
+            for entry in stored.values()
+        ):
+            log(f"{directory}: its stored key {KEY_FILE} is damaged (its list of stored files): computing the section "
+                "again")  # fmt: skip
+            return None
+        return stamp["identity"], stored
     return stamp, None
 
 
