@@ -44,7 +44,7 @@ install: $(STAMP)
 # make test installs it with apt-get (root only; about 130 packages, output in .venv/apt-chromium.log). Where it
 # cannot, every other test still runs and pytest names the browser tests it skipped and why (tests/browser/conftest.py).
 $(CHROMIUM):
-	@echo "make test: installing Debian's chromium for the browser tests (apt-get install chromium, about 130 packages)"
+	@echo "make test: the browser tests need Chromium, which is missing: apt-get install chromium (Debian's, about 130 packages)"
 	@if [ "$$(id -u)" != 0 ]; then \
 		echo "make test: not root, chromium not installed: the browser tests will be skipped ('sudo apt-get install -y chromium' to run them)"; \
 	elif ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } > .venv/apt-chromium.log 2>&1; then \
