@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sinkscope.report.plots import no_mathtext
+from sinkscope.report.plots import no_mathtext, plain_text
 
 
 def with_keys(frame: pd.DataFrame) -> pd.DataFrame:
@@ -70,7 +70,8 @@ def write_figures(frame: pd.DataFrame, directory: Path) -> list[Path]:
     if len(paired):
         figures += [("ratio.png", ratio_figure(paired)), ("regime_map.png", regime_map_figure(paired))]
     for name, fig in figures:
-        fig.savefig(directory / name, dpi=120)
+        with plain_text(fig):  # numeric ticks keep mathtext, the figure's own text is literal
+            fig.savefig(directory / name, dpi=120)
     return [directory / name for name, _ in figures]
 
 

@@ -64,22 +64,50 @@ def figure_svg(fig: Figure) -> bytes:
 
 @contextmanager
 def no_mathtext() -> Iterator[None]:
-    """Figures built and saved inside the block (or the decorated function) draw every text as written, never as
-    mathtext (`text.parse_math` off, the caller's setting restored after): a model, corpus or run name such as
-    `price_$5_$.txt` or `a$b$c` shows literally instead of crashing the figure after the work or turning into math.
-    Used on every entry point that draws (report pages, sweep, cost, train-bb, ablate, reproduce)."""
+    """Figures built inside the block (or the decorated function) create every text as written, never as mathtext
+    (`text.parse_math` off, the caller's setting restored after), so a layout step that measures a title or legend
+    holding a model, corpus or run name such as `price_$5_$.txt` or `a$b$c` never parses it. Saving goes through
+    `plain_text`, which keeps those texts literal and gives numeric tick labels their mathtext back. Used on every
+    entry point that draws (report pages, sweep, cost, train-bb, ablate, reproduce)."""
     with matplotlib.rc_context({"text.parse_math": False}):
         yield
 
 
+# matplotlib's number formatters, whose labels may be mathtext (10², ×10³); every other formatter's labels (fixed
+# lists, categories, functions) are text the code was given, such as names and tokens.
+_NUMBER_FORMATTERS = (matplotlib.ticker.ScalarFormatter, matplotlib.ticker.LogFormatter,
+                      matplotlib.ticker.LogitFormatter, matplotlib.ticker.EngFormatter,
+                      matplotlib.ticker.PercentFormatter)
+
+
+def _literal_texts(fig: Figure) -> None:
+    """Mark every text of `fig` as drawn as written (titles, axis labels, legends, annotations, tick labels of text),
+    except the labels of numeric ticks and offsets, which keep mathtext (a log axis reads 10², not
+    `$\\mathdefault{10^{2}}$`). The tick objects of a text axis are created here for every location it has, so
+    none is created later with mathtext on."""
+    numeric = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for ticks, formatter, locations in (
+                (axis.get_major_ticks, axis.get_major_formatter(), axis.get_majorticklocs()),
+                (axis.get_minor_ticks, axis.get_minor_formatter(), axis.get_minorticklocs()),
+            ):
+                made = ticks(len(locations))
+                if isinstance(formatter, _NUMBER_FORMATTERS):
+                    numeric |= {id(t) for tick in made for t in (tick.label1, tick.label2)}
+            numeric.add(id(axis.offsetText))
+    for text in fig.findobj(matplotlib.text.Text):
+        text.set_parse_math(id(text) in numeric)
+
+
 @contextmanager
 def plain_text(fig: Figure) -> Iterator[None]:
-    """Inside the block every text of `fig` (and every tick label drawn now) is drawn as written, never parsed as
-    mathtext: user text such as a corpus `price_$5_$.txt` or a model `a$b$c` shows literally instead of crashing
-    the figure or turning into math. Every figure sinkscope saves goes through here."""
-    with matplotlib.rc_context({"text.parse_math": False}):
-        for text in fig.findobj(matplotlib.text.Text):
-            text.set_parse_math(False)
+    """Inside the block `fig` draws user text as written, never parsed as mathtext (`_literal_texts`): a corpus
+    `price_$5_$.txt` or a model `a$b$c` in a title, legend or tick label shows literally instead of crashing the
+    figure or turning into math, while numeric ticks drawn now (a log axis's 10²) keep mathtext. Every figure
+    sinkscope saves goes through here."""
+    with matplotlib.rc_context({"text.parse_math": True}):
+        _literal_texts(fig)
         yield
 
 
@@ -134,7 +162,8 @@ def _stamp(fig: Figure, label: str) -> None:
     canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
     box = fig.get_tightbbox(canvas.get_renderer())  # inches
     x, y = (box.x0 + box.x1) / 2 / fig.get_figwidth(), box.y1 / fig.get_figheight()
-    fig.text(x, y + 0.02 / fig.get_figheight(), label, ha="center", va="bottom", fontsize=8, color="#566573")
+    fig.text(x, y + 0.02 / fig.get_figheight(), label, ha="center", va="bottom", fontsize=8, color="#566573",
+             parse_math=False)  # the settings line names the model and corpus
 
 
 def series_styles(n: int) -> list[dict]:

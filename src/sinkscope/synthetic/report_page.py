@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from sinkscope.report.glossary import TRAIN_BB_TERMS, definitions, headers
 from sinkscope.report.page import cell_text, png_figure, render_page
-from sinkscope.report.plots import _stamp, no_mathtext  # the analyze report's settings line above each figure
+from sinkscope.report.plots import _stamp, no_mathtext, plain_text
 from sinkscope.synthetic.bigram_backcopy import GBBBatch
 from sinkscope.synthetic.tiny_transformer import TinyTransformer
 
@@ -44,7 +44,8 @@ def settings_label(config: RunConfig) -> str:
 def _save(fig: Figure, label: str, path: Path) -> None:
     fig.tight_layout()
     _stamp(fig, label)
-    fig.savefig(path, dpi=90, bbox_inches="tight")
+    with plain_text(fig):  # numeric ticks (the log loss axis) keep mathtext, the run's names are literal
+        fig.savefig(path, dpi=90, bbox_inches="tight")
 
 
 def _head_figure(metrics: pd.DataFrame, title: str, columns: list[tuple[str, str]], path: Path, label: str) -> None:
