@@ -45,9 +45,11 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     for record in records:
         assert record["verdict"] in VERDICTS and set(record) >= fields
         assert record["paper_claim"] == CLAIMS[record["claim"]].paper_claim
-        # A judged claim with an interval also has its threshold sensitivity (half and double each threshold).
+        # A judged claim with an interval also has its threshold sensitivity (half and double each threshold; a
+        # setting the measurement fixed is recorded once, scale None, with the reason).
         if record["interval"] is not None and record["verdict"] not in ("descriptive", "not measurable here"):
-            assert {r["scale"] for r in record["sensitivity"]} == {0.5, 2.0}
+            assert {r["scale"] for r in record["sensitivity"] if r["threshold"] in record["thresholds"]} == {0.5, 2.0}
+            assert all(r["not_varied"] for r in record["sensitivity"] if r["scale"] is None)
     assert next(r for r in records if r["claim"] == "mlp_like")["verdict"] == "descriptive"
     assert next(r for r in records if r["claim"] == "cost_boundary_trained")["verdict"] == "supported"
     html = (out / "report.html").read_text()
