@@ -19,6 +19,7 @@ from transformers import (
 )
 
 from sinkscope.cli.main import main
+from sinkscope.errors import SinkscopeError
 from sinkscope.integrations import SinkscopeCallback
 
 from .eager_reference import eager_reference
@@ -169,3 +170,35 @@ def test_an_analysis_leaves_every_random_generator_and_module_mode_as_found(tmp_
     modes = {name: module.training for name, module in model.named_modules()}
     assert not any(v for k, v in modes.items() if k.startswith("model.layers.1"))
     assert all(v for k, v in modes.items() if not k.startswith("model.layers.1"))
+
+
+def test_training_resumed_from_a_checkpoint_keeps_the_earlier_steps(tmp_path, tokenizer, probe):
+    """Resumed at step 3, the callback keeps the rows of steps 0 and 3 its folder holds for this probe (step 0 is
+    not analysed again: training does not start there), adds step 6, and refuses a folder of another probe."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(WORDS), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         bos_token_id=0, eos_token_id=1)  # fmt: skip
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=6, per_device_train_batch_size=4,
+                             learning_rate=1e-2, logging_steps=1, save_steps=3, report_to="none", use_cpu=True,
+                             seed=0, disable_tqdm=True)  # fmt: skip
+
+    def trainer(max_steps: int) -> Trainer:
+        return Trainer(model=LlamaForCausalLM(config), args=args.__class__(**{**args.to_dict(), "max_steps": max_steps}),
+                       train_dataset=Sequences(), processing_class=tokenizer, data_collator=default_data_collator)
+
+    first = trainer(3)
+    SinkscopeCallback(probe, tmp_path / "sinkscope", every=3).attach(first)
+    first.train()
+    before = pd.read_parquet(tmp_path / "sinkscope" / "trajectory.parquet")
+    assert sorted(before["step"].unique()) == [0, 3]
+    resumed = trainer(6)
+    SinkscopeCallback(probe, tmp_path / "sinkscope", every=3).attach(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3"))
+    after = pd.read_parquet(tmp_path / "sinkscope" / "trajectory.parquet")
+    assert sorted(after["step"].unique()) == [0, 3, 6]
+    pd.testing.assert_frame_equal(after[after["step"] < 6].reset_index(drop=True), before.reset_index(drop=True))
+    other = trainer(6)
+    SinkscopeCallback(probe[:, :8], tmp_path / "sinkscope", every=3).attach(other)
+    with pytest.raises(SinkscopeError, match="holds a trajectory of another probe"):
+        other.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3"))

@@ -130,7 +130,8 @@ class SinkscopeCallback(TrainerCallback):
                            identity=identity)  # fmt: skip
 
     def _earlier_steps(self, start: int) -> list[pd.DataFrame]:
-        """The rows `out` holds from before `start` on this probe (training resumed from a checkpoint), else none."""
+        """The rows `out` holds up to step `start` on this probe (training resumed from the checkpoint of step
+        `start`: the analysis of that step was of the checkpoint's model), else none."""
         from sinkscope.pipelines.trajectory import read_trajectory
 
         if start == 0 or not (self.out / "trajectory.parquet").is_file():
@@ -139,7 +140,7 @@ class SinkscopeCallback(TrainerCallback):
         if meta.get("probe", {}).get("sha256") != probe_identity(self.probe)["sha256"]:
             raise SinkscopeError(f"{self.out} holds a trajectory of another probe; give the callback another out")
         self.meta = meta
-        return [part for _, part in table[table["step"] < start].groupby("step")]
+        return [part for _, part in table[table["step"] <= start].groupby("step")]
 
 
 def random_states() -> dict:
