@@ -93,7 +93,8 @@ def test_each_step_equals_eager_maps_and_cells_are_reused_by_content(run_folder,
     assert sorted(table["step"].unique()) == list(STEPS)
     check_against_eager(table, folder, out)
     assert (out / "report.html").is_file() and (out / "figures" / "head_classes.png").is_file()
-    assert "Emergence" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert "Emergence" in page and "Gu et al.&#39;s sink rate: fraction of (window, layer, head)" in page  # hover
 
     capsys.readouterr()
     assert trajectory_cli(out, corpus, "--checkpoints", str(folder)) == 0  # nothing changed: every cell reused
