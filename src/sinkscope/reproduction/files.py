@@ -128,7 +128,7 @@ def _read_stamp(directory: Path) -> tuple[object, dict | None] | None:
     when the stamp is damaged (not UTF-8 JSON), which is said in one line."""
     try:
         stamp = json.loads((directory / KEY_FILE).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, ValueError) as err:  # ValueError: not UTF-8 (UnicodeDecodeError) or not JSON
         log(f"{directory}: its stored key {KEY_FILE} is damaged ({type(err).__name__}): computing the section again")
         return None
     if isinstance(stamp, dict) and set(stamp) == {"identity", "stored"}:
