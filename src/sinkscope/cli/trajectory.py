@@ -14,6 +14,7 @@ EXAMPLE = """examples:
   sinkscope trajectory --model EleutherAI/pythia-70m --revisions step1000,step8000,step64000 --out traj/pythia
       (revisions are read from the local Hugging Face cache only: this tool never downloads)
   sinkscope trajectory --from-log runs/tiny-llama/sinkscope      # the folder a SinkscopeCallback wrote
+  sinkscope trajectory --train-bb runs/bb --out traj/bb          # a `sinkscope train-bb` run's evaluations
   sinkscope trajectory --checkpoints runs/tiny-llama ... --out traj/tiny   # again: finished checkpoints reused
 writes DIR/trajectory.parquet (one row per step × layer × head, a column per statistic), DIR/emergence.csv,
 DIR/figures/*.png, DIR/report.html and DIR/cells/checkpoint-<step>/ (a run directory each); docs/trajectory.md"""
@@ -38,6 +39,7 @@ def add_parser(subparsers) -> None:
     series.add_argument("--paths", help="comma-separated checkpoint folders, each name ending in its step")
     series.add_argument("--revisions", help="comma-separated revisions of --model in the local hub cache")
     series.add_argument("--from-log", metavar="DIR", help="draw the page of a folder a SinkscopeCallback wrote")
+    series.add_argument("--train-bb", metavar="DIR", help="a `sinkscope train-bb` run: its heads at every evaluation")
     parser.add_argument("--model", help="the hub id whose --revisions are read")
     parser.add_argument("--epsilon", type=float, default=0.3, help="sink threshold ε (default 0.3)")
     parser.add_argument("--diag-threshold", type=float, default=0.5, help="diagonal-head threshold (default 0.5)")
@@ -51,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from sinkscope.errors import SinkscopeError
 
     given = [flag for flag, value in (("--checkpoints", args.checkpoints), ("--paths", args.paths),
-                                      ("--revisions", args.revisions), ("--from-log", args.from_log)) if value]  # fmt: skip
+                                      ("--revisions", args.revisions), ("--from-log", args.from_log),
+                                      ("--train-bb", args.train_bb)) if value]  # fmt: skip
     if len(given) != 1:
-        raise SinkscopeError(f"give exactly one of --checkpoints, --paths, --revisions, --from-log (got "
+        raise SinkscopeError(f"give exactly one of --checkpoints, --paths, --revisions, --from-log, --train-bb (got "
                              f"{', '.join(given) or 'none'})")  # fmt: skip
     if args.revisions and not args.model:
         raise SinkscopeError("--revisions needs --model, the hub id they are revisions of")
@@ -61,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise SinkscopeError("--out is required (the trajectory folder)")
     if args.from_log:
         return _from_log(args)
+    if args.train_bb:
+        return _train_bb(args)
     from sinkscope.corpus.sources import check_source
     from sinkscope.pipelines.trajectory import TrajectoryConfig, trajectory
     from sinkscope.pipelines.trajectory_series import folder_series, path_series, revision_series
@@ -100,4 +105,19 @@ def _from_log(args: argparse.Namespace) -> int:
     out = Path(args.out or args.from_log)
     dated = write_trajectory(table, meta, out)
     print(f"{table['step'].nunique()} steps, {len(dated)} emerged patterns: {out}/report.html")
+    return 0
+
+
+def _train_bb(args: argparse.Namespace) -> int:
+    """The trajectory of a train-bb run from its own evaluations (`trajectory_lab`), into --out."""
+    import shlex
+
+    from sinkscope.pipelines.trajectory_lab import lab_trajectory
+
+    command = " ".join(["sinkscope", *map(shlex.quote, args.argv)]) if getattr(args, "argv", None) else ""
+    table, dated = lab_trajectory(args.train_bb, args.out, args.epsilon, args.diag_threshold, command=command)
+    print(f"{table['step'].nunique()} steps, {len(dated)} emerged patterns: {args.out}/report.html")
+    for row in dated.itertuples(index=False):
+        print(f"  layer {row.layer} head {row.head}: {row.pattern} from step {row.emergence_step} "
+              f"(score {row.final_score:.3f} at the last step)")
     return 0

@@ -124,13 +124,13 @@ def check_series(paths: list[Path], names: list[str] | None = None) -> list[Chec
 
 def _refuse_lab_run(path: Path) -> None:
     """One line for a `sinkscope train-bb` run folder (or its checkpoints/ folder): its `TinyTransformer`
-    checkpoints are bare state dicts of sinkscope's own module, not Hugging Face models, and the run's
-    metrics.parquet already holds every head's pattern at every evaluation step."""
+    checkpoints are bare state dicts of sinkscope's own module, not Hugging Face models; `--train-bb` reads the
+    run's own evaluations instead (`trajectory_lab`)."""
     if any(path.glob("step_*.safetensors")) or any(path.glob("checkpoints/step_*.safetensors")):
+        run = path.parent if path.name == "checkpoints" else path
         raise SinkscopeError(
             f"{path} is a `sinkscope train-bb` run: its checkpoints are the lab's own TinyTransformer, not Hugging "
-            "Face models, so `trajectory` cannot load them; its metrics.parquet has each head's bos_attn and "
-            "diag_attn at every evaluation step (docs/experiments.md)"
+            f"Face models; pass the run as `--train-bb {run}` (its heads at every evaluation step)"
         )
 
 

@@ -92,10 +92,12 @@ def class_map(table: pd.DataFrame) -> Figure:
 
 def step_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per step: the sink rate (mean of the heads' per-window sink rates: every head sees every window), the mean
-    sink and diagonal scores, and the number of sink and diagonal heads."""
+    sink and diagonal scores, and the number of sink and diagonal heads. A train-bb run has no per-window rates:
+    its table has no sink rate column."""
     grouped = table.groupby("step", sort=True)
+    rate = {"sink rate": grouped["sink_rate"].mean()} if "sink_rate" in table.columns else {}
     return pd.DataFrame({
-        "sink rate": grouped["sink_rate"].mean(), "mean sink": grouped["sink_score"].mean(),
+        **rate, "mean sink": grouped["sink_score"].mean(),
         "mean diag": grouped["diag_score"].mean(),
         "sink heads": grouped["head_class"].apply(lambda c: int((c == "sink").sum())),
         "diagonal heads": grouped["head_class"].apply(lambda c: int((c == "diagonal").sum())),
