@@ -323,7 +323,7 @@ def test_documented_defaults_of_the_claims():
     eviction = experiment_claims.sink_in_use_verdict("m", losses)
     assert eviction == experiment_claims.sink_in_use_verdict("m", losses, seed=0)
     assert eviction.interval != experiment_claims.sink_in_use_verdict("m", losses, seed=1).interval
-    wins = np.random.default_rng(3).random((6, 2))
+    wins = np.random.default_rng(3).random((8, 2))  # MIN_COST_WINDOWS
     cost = cost_claims.cost_real_verdict("m", wins, [8, 16])
     assert cost == cost_claims.cost_real_verdict("m", wins, [8, 16], seed=0)
     assert cost.interval != cost_claims.cost_real_verdict("m", wins, [8, 16], seed=1).interval

@@ -501,7 +501,7 @@ def test_reproduce_wires_every_step_in_order(tmp_path, monkeypatch, capsys, trai
     monkeypatch.setattr(P + "plan.walk", lambda name, order, opener: types.SimpleNamespace(
         read=f"{name}:{order}:{opener}", reused=[f"r-{name}"], seconds={"s": len(name)}))  # fmt: skip
     monkeypatch.setattr(
-        P + "judge.judge_model", lambda name, config, m: ([_V(f"model-{name}", m=m)], f"t-{name}")
+        P + "judge.judge_model", lambda name, config, m, claims: ([_V(f"model-{name}", m=m)], f"t-{name}")
     )
     monkeypatch.setattr(
         P + "judge.judge_theory", lambda theory, regimes: [_V("theory", regimes=regimes["inits"])]

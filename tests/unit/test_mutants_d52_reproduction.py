@@ -88,7 +88,7 @@ def test_reproduce_prints_the_clock_difference(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(P + "plan.model_plan", lambda name, config, out: plan)
     monkeypatch.setattr(P + "plan.model_opener", lambda name, config: None)
     monkeypatch.setattr(P + "plan.walk", lambda *a: types.SimpleNamespace(read={}, reused=[], seconds={}))
-    monkeypatch.setattr(P + "judge.judge_model", lambda name, config, m: ([], {}))
+    monkeypatch.setattr(P + "judge.judge_model", lambda name, config, m, claims: ([], {}))
     clock = _Clock(1000.0, 1003.25, 1012.4)  # start; the summary's seconds; the final line
     monkeypatch.setattr(run, "time", clock)
     summary = run.reproduce(ReproduceConfig(models=("a",)), str(tmp_path))

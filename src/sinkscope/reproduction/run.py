@@ -107,7 +107,7 @@ def reproduce(config: ReproduceConfig, out: str | Path, claims: tuple[str, ...] 
         plan = model_plan(name, config, out)
         if claims is not None and not any(claim in CLAIM_PARTS for claim in claims):
             continue  # only model-free claims: no section of this model is read
-        walked = walk(name, plan.needed(claims), model_opener(name, config))
+        walked = walk(name, plan.in_order() if claims is None else plan.needed(claims), model_opener(name, config))
         model_verdicts, tables = judge_model(name, config, plan.measurements(walked.read), claims)
         verdicts.extend(model_verdicts)
         evidence[name] = tables
