@@ -38,7 +38,7 @@ CLAIMS: dict[str, Claim] = {
         "the exact half-space certificates (H1: 0 ∉ conv{z_t}, H2: z_0 ∉ conv{z_t}) on the raw (un-normalised) "
         "attention inputs of more context tokens than the model width, per middle layer; BOS's relative "
         "distance γ₂ / ‖z‖ to the contexts' hull ranked among at least 20 random context tokens' (each against "
-        "the others)",
+        "the others); partly needs BOS above the controls' median, so a BOS below its controls reads not supported",
         "below the width any point is outside the hull of the others; on unit vectors H2 cannot fail for any "
         "distinct token (a sphere is strictly convex); on raw vectors random tokens are also outside the hull, "
         "so only BOS's rank among them carries information",
@@ -85,7 +85,8 @@ CLAIMS: dict[str, Claim] = {
         "implements it if and only if it implements an attention sink.",
         "zero the 10 % most hard-sink heads only on their sink queries (A[t,0] ≥ 1 − δ in the clean model); "
         "Δloss against the same heads zeroed on as many of their non-sink queries, and against matched random "
-        "head-and-query sets (≥ 20 draws each); the larger of the two ratios decides",
+        "head-and-query sets (≥ 20 draws each); two-sided: the size |Δ| of the change in either direction against "
+        "the controls' Δ, the larger of the two ratios deciding (a loss that falls is named as such)",
         "the same-heads control separates the query type from the head identity; the random control says what "
         "removing that many outputs costs anywhere",
         "the same heads on their non-sink queries; random heads on random queries; interval: windows × draws",
@@ -111,7 +112,8 @@ CLAIMS: dict[str, Claim] = {
         4, "Sinks are provably cheaper to represent than diagonal patterns across a wide range of "
         "hyperparameters and context lengths.",
         "exact nuclear costs (κ = 1) of the sink and the diagonal pattern on each layer's raw attention inputs, "
-        "at T = 8, 16, 32 context tokens; per window the share of layers where the sink is cheaper",
+        "at T = 8, 16, 32 context tokens, on 8 windows (every 6th layer: the record names the layers solved); per "
+        "window the share of layers where the sink is cheaper",
         "the claim is about costs across context lengths; the model's own inputs are the geometry it faces",
         "the diagonal pattern on the same inputs; interval over windows", "cost_layers"),
     "bigram_backcopy_regimes": Claim(
@@ -125,7 +127,7 @@ CLAIMS: dict[str, Claim] = {
         5, "A sink is the low-rank solution: its W_QK needs rank 1 (the cost theory's rank-1 sink).",
         "effective rank of W_QK at relative offset 0, sink heads (head class sink) vs the other heads *of the "
         "same layer* (a stratified standardised difference); and the sink heads' median effective rank against "
-        "the rank the claim names",
+        "the rank the claim names (supported) or at most half the head dimension (partly)",
         "rank is what the cost theory predicts; comparing within layers removes depth, which moves both the "
         "head classes and the ranks",
         "non-sink heads of the same layers (bootstrap and permutation within layers)", "weights"),
@@ -180,8 +182,9 @@ CLAIMS: dict[str, Claim] = {
         "where the values are and are not independent (reported)", "switch_assumptions"),
     "prevalence": Claim(
         4, "This explains the prevalence of sinks over diagonal patterns in pretrained transformers.",
-        "every head classified in every window (sink: mean_t A[t,0] > ε = 0.3, diagonal: mean A[t,t] > 0.5, "
-        "then previous-token, dense, mixed); per window the share of sink heads and of diagonal heads",
+        "every head in every window by symmetric cuts without precedence (sink: mean_t A[t,0] > ε ≥ mean A[t,t]; "
+        "diagonal: mean A[t,t] > ε ≥ mean A[t,0]; ε = 0.3, varied); per window the share of sink heads and of "
+        "diagonal heads",
         "prevalence is a count of heads; classifying per window makes the window the resampling unit",
         "the diagonal heads' share on the same windows", "prevalence"),
     "cost_boundary": Claim(
