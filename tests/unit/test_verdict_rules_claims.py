@@ -26,6 +26,8 @@ from sinkscope.reproduction.geometry_claims import geometry_verdict, representab
 from sinkscope.reproduction.regime_claims import regimes_verdict
 from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
 from sinkscope.reproduction.smoothing_claims import oversmoothing_verdict
+from sinkscope.reproduction.switch_assumption_claims import assumptions_verdict
+from sinkscope.reproduction.switch_claims import switch_routes_verdict, switch_verdict, value_drain_verdict
 from sinkscope.reproduction.weight_claims import weights_verdict
 
 S, P, N = v.SUPPORTED, v.PARTLY, v.NOT_SUPPORTED
@@ -128,8 +130,42 @@ def _weights(claim):
                            head_dim=64)  # fmt: skip
 
 
+def _switch():
+    """Per head (switch section): head 0 a hard switch (every query off and a sink, v_0 drained), head 1 a sink
+    whose value does not drain; the same at every δ and τ scale."""
+    counts = np.zeros((W, 3, 3, 1, 2, 3))
+    counts[..., :, :] = [[15, 15, 15], [0, 0, 15]]
+    return switch_verdict("m", {"head_counts": counts, "head_drain": np.tile([0.0, 2.0], (W, 1, 1)),
+                                "tau": np.array(0.1), "delta": np.array(0.1)}, 15, 0.1)  # fmt: skip
+
+
+def _assumptions():
+    spectrum = np.zeros((W, 2, 1, 3))
+    spectrum[:, :, 0] = [1.0, 0.5, 0.2]  # independent context values in every layer
+    arrays = {"value_sv": spectrum, "heads": np.tile([10.0, 10.0, 10.0], (W, 2, 2, 1)),
+              "distance": np.full((W, 2), 0.5), "rank": np.full((W, 2), 3), "n_contexts": 3, "width": 16,
+              "head_dim": 4}  # fmt: skip
+    return assumptions_verdict("m", arrays)
+
+
+def _routes():
+    counts = np.zeros((W, 3, 3, 6))
+    counts[..., 0] = 10
+    return switch_routes_verdict("m", counts, ["bos_sink", "cancellation", "bos_partial", "self", "low"],
+                                 [True, False, True, False, False])  # fmt: skip
+
+
+def _drain():
+    hard = np.zeros((W, 3, 4, 6))  # at δ × ½, 1, 2; (layers, heads)
+    hard[..., 0] = 60  # kv group 0 of each layer sinks
+    drains = np.ones((W, 4, 3)) + RNG.normal(0, 0.01, (W, 4, 3))
+    drains[:, :, 0] = 0.1
+    return value_drain_verdict("m", drains, hard, 63)
+
+
 full = np.full((W, 9), 10)
 CONSTRUCTED = {
+    "switch": _switch, "switch_assumptions": _assumptions, "switch_routes": _routes, "value_drain": _drain,
     "geometry": lambda: geometry_verdict("m", {"z": full, "z_control": 0 * full, "h": full, "h_control": 0 * full},
                                          10),  # fmt: skip
     "representability": lambda: representability_verdict("m", certificate_rows(0.9, range(6, 18)), width=10,
@@ -150,9 +186,7 @@ CONSTRUCTED = {
     "cost_boundary": _boundary,
     "cost_boundary_trained": _trained,
 }
-# The switch claims are built from the per-head switch sections (their own tests enumerate their thresholds the
-# same way); mlp_like is descriptive (no threshold).
-ELSEWHERE = {"switch", "switch_assumptions", "value_drain", "switch_routes", "mlp_like"}
+ELSEWHERE = {"mlp_like"}  # descriptive: no threshold, no verdict
 # What each measurement fixed, recorded in the sensitivity as not varied by these names.
 RECORDED = {"sink_in_use": {"T", "recent_window"}, "dense_causal": {"lambda"}, "prevalence": {"class_cuts"},
             "cost_boundary": {"grid"}, "cost_boundary_trained": {"settings"},
