@@ -37,8 +37,10 @@ SECTIONS = (
     },
     {
         "number": 3, "title": "Hard switch ⇔ sink", "figure": "switch",
-        "measurement": "Per query and head: switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖, the keys the query "
-        "sees) × hard sink (A[t,0] ≥ 0.9), pooled over heads, per window, as curves over τ = 0.025 … 1; every "
+        "measurement": "Per head and window: queries switched off (‖o_t‖ ≤ τ · mean_{j≤t} ‖v_j‖, the keys the "
+        "query sees), hard sinks (A[t,0] ≥ 0.9) and both, and the head's value drain ‖v_0‖ / mean ‖v_j‖; each "
+        "direction of the theorem judged per head (switch ⇒ sink; sink ⇒ switch where the value drains), with "
+        "the pooled table drawn as curves over τ = 0.025 … 1 (described); every "
         "switched-off query split by the route that makes its output small (BOS sink, mostly-BOS attention, "
         "cancellation, self attention on a small value, low-norm keys); value drain ‖v_0‖ / mean ‖v_j‖ per "
         "key/value group against its hard-sink fraction (rank correlation, also within layers); the MLP-like "
