@@ -163,7 +163,7 @@ def test_statistics_import_no_pipeline_and_no_capture():
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
-    ("reproduction",),
+    ("reproduction", "integrations"),
     ("explorer",),
     ("pipelines", "synthetic"),
     ("capture",),
