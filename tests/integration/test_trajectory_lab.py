@@ -86,6 +86,8 @@ def test_emergence_of_hand_set_scores(lab_run, tmp_path):
     assert dated[["layer", "head", "pattern", "emergence_step", "from_first"]].values.tolist() == [
         [0, 0, "sink", 3, False], [1, 1, "diagonal", 0, True]]  # fmt: skip
     assert dated["final_score"].tolist() == pytest.approx([0.5, 0.95])
+    classes = pd.read_parquet(out / "trajectory.parquet").set_index(["step", "layer", "head"])["head_class"]
+    assert [classes[(4, 0, 0)], classes[(2, 0, 0)], classes[(0, 1, 1)]] == ["sink", "dense", "diagonal"]
 
 
 @pytest.mark.parametrize("kind, says", [
