@@ -87,13 +87,16 @@ def probe_identity(config: dict) -> dict:
 
 
 def lab_trajectory(run_dir: str | Path, out: str | Path, epsilon: float = 0.3,
-                   diagonal: float = TrajectoryConfig.diagonal, command: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+                   diagonal: float = TrajectoryConfig.diagonal,
+                   command: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """The trajectory files of a train-bb run (`write_trajectory` into `out`): returns the table and the emergence
     table."""
     metrics, config = read_lab_run(run_dir)
     out = Path(out)
-    if out.is_file() or (out.is_dir() and any(out.iterdir()) and not (out / "trajectory.parquet").is_file()):
-        raise SinkscopeError(f"--out {out} exists and is not a trajectory folder; choose another folder")
+    # a trajectory of checkpoints has cells/: never overwrite it with a lab run's table
+    ours = (out / "trajectory.parquet").is_file() and not (out / "cells").exists()
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and not ours):
+        raise SinkscopeError(f"--out {out} exists and is not a train-bb trajectory folder; choose another folder")
     TrajectoryConfig(epsilon=epsilon, diagonal=diagonal)  # ε and the diagonal threshold: refused here if invalid
     table = lab_table(metrics, config["task"]["copy_offset"], epsilon, diagonal)
     model = config["model"]
