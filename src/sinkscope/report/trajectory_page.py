@@ -1,8 +1,8 @@
 """Figures and page of a trajectory through training (`sinkscope trajectory`, `SinkscopeCallback`).
 
-From `trajectory.parquet` (one row per step, layer, head): per-layer curves against step of the sink rate, the
-diagonal and previous-token scores, the attention entropy and the switched-off fraction (means over the layer's
-heads), a head × step map of the head class, a per-step summary and the emergence table. Header cells carry the
+From `trajectory.parquet` (one row per step, layer, head): per-layer curves against step of the sink rate (a
+train-bb run has none), the sink, diagonal and previous-token scores, the attention entropy and the switched-off
+fraction (means over the layer's heads), a head × step map of the head class, a per-step summary and the emergence table. Header cells carry the
 analyze pages' definitions (`glossary.TERMS`) plus this page's own (`TRAJECTORY_TERMS`).
 """
 
@@ -39,7 +39,8 @@ TRAJECTORY_TERMS: dict[str, Term] = {
     "final_score": Term("the head's score at the last step", TRAJECTORY),
 }
 # (column of trajectory.parquet, label): the per-layer curves against step; `layer_sink_rate` is per layer already.
-CURVES = (("layer_sink_rate", "sink rate (per-window α > ε)"), ("diag_score", "diagonal score"),
+CURVES = (("layer_sink_rate", "sink rate (per-window α > ε)"), ("sink_score", "sink score α"),
+          ("diag_score", "diagonal score"),
           ("prev_score", "previous-token score"), ("entropy", "attention entropy (normalised)"),
           ("switch_off_frac", "switched-off fraction"))  # fmt: skip
 CLASS_ORDER = list(HEAD_CLASS_COLORS)
