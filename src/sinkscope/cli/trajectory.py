@@ -113,9 +113,11 @@ def _train_bb(args: argparse.Namespace) -> int:
     import shlex
 
     from sinkscope.pipelines.trajectory_lab import lab_trajectory
+    from sinkscope.synthetic.evaluation import evaluation_probe
 
     command = " ".join(["sinkscope", *map(shlex.quote, args.argv)]) if getattr(args, "argv", None) else ""
-    table, dated = lab_trajectory(args.train_bb, args.out, args.epsilon, args.diag_threshold, command=command)
+    table, dated = lab_trajectory(args.train_bb, args.out, evaluation_probe, args.epsilon, args.diag_threshold,
+                                  command=command)
     print(f"{table['step'].nunique()} steps, {len(dated)} emerged patterns: {args.out}/report.html")
     for row in dated.itertuples(index=False):
         print(f"  layer {row.layer} head {row.head}: {row.pattern} from step {row.emergence_step} "

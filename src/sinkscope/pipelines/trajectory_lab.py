@@ -16,9 +16,9 @@ the trajectory's thresholds (sink > ε, diagonal > the diagonal threshold), so t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -69,28 +69,12 @@ def lab_table(metrics: pd.DataFrame, copy_offset: int, epsilon: float, diagonal:
     return table
 
 
-def probe_identity(config: dict) -> dict:
-    """The run's evaluation batch as a probe: `eval_batch_size` gBB sequences from seed `train.seed + 1` (as
-    `train_bb` samples it), with the sha256 of its token ids (int64, row-major)."""
-    import torch
-
-    from sinkscope.synthetic.bigram_backcopy import GBBTask
-    from sinkscope.synthetic.config import RunConfig
-
-    run = RunConfig.from_dict({k: config[k] for k in ("task", "model", "train")})
-    batch = GBBTask.from_config(run.task).sample(run.train.eval_batch_size,
-                                                 torch.Generator().manual_seed(run.train.seed + 1))  # fmt: skip
-    ids = batch.inputs.to(torch.int64).contiguous().numpy()
-    return {"source": f"gBB evaluation batch (seed {run.train.seed + 1}, {'BOS' if run.task.bos else 'no BOS'})",
-            "seq_len": int(ids.shape[1]), "windows": int(ids.shape[0]),
-            "sha256": hashlib.sha256(ids.tobytes()).hexdigest()}  # fmt: skip
-
-
-def lab_trajectory(run_dir: str | Path, out: str | Path, epsilon: float = 0.3,
+def lab_trajectory(run_dir: str | Path, out: str | Path, probe_of: Callable[[dict], dict], epsilon: float = 0.3,
                    diagonal: float = TrajectoryConfig.diagonal,
                    command: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """The trajectory files of a train-bb run (`write_trajectory` into `out`): returns the table and the emergence
-    table."""
+    table. `probe_of(config)` names the run's evaluation batch (`synthetic.evaluation.evaluation_probe`, passed in by
+    the command: the lab's package sits beside this one)."""
     metrics, config = read_lab_run(run_dir)
     out = Path(out)
     # a trajectory of checkpoints has cells/: never overwrite it with a lab run's table
@@ -101,7 +85,7 @@ def lab_trajectory(run_dir: str | Path, out: str | Path, epsilon: float = 0.3,
     table = lab_table(metrics, config["task"]["copy_offset"], epsilon, diagonal)
     model = config["model"]
     meta = {"config": {"epsilon": epsilon, "diagonal": diagonal}, "source": "train-bb", "command": command,
-            "probe": probe_identity(config), "run": str(Path(run_dir).resolve()),
+            "probe": probe_of(config), "run": str(Path(run_dir).resolve()),
             "model": {"name": f"train-bb TinyTransformer ({model['n_layers']} layer(s), {model['n_heads']} heads, "
                               f"{model['attention']}, init {model['init']})"},
             "versions": config.get("versions", {})}  # fmt: skip

@@ -6,6 +6,7 @@ table stays tidy: `step, layer, head` identify a row.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -15,7 +16,8 @@ from sinkscope.functional.geometry import bos_norm_ratio
 from sinkscope.functional.patterns import diag_score, entropy_score, prev_score, sink_score
 from sinkscope.functional.query_mask import masked_query_mean
 from sinkscope.functional.switch import value_drain
-from sinkscope.synthetic.bigram_backcopy import GBBBatch
+from sinkscope.synthetic.bigram_backcopy import GBBBatch, GBBTask
+from sinkscope.synthetic.config import RunConfig
 from sinkscope.synthetic.measures import (
     bayes_loss,
     copy_accuracy,
@@ -114,3 +116,15 @@ def evaluate(model: TinyTransformer, batch: GBBBatch, step: int) -> list[dict[st
                 "wqk_frobenius": float(frobenius[head]),
             })
     return [{name: row[name] for name in METRIC_COLUMNS} for row in rows]
+
+
+def evaluation_probe(config: dict) -> dict:
+    """The run's evaluation batch as a probe: `eval_batch_size` gBB sequences from seed `train.seed + 1` (as
+    `train_bb` samples it), with the sha256 of its token ids (int64, row-major)."""
+    run = RunConfig.from_dict({k: config[k] for k in ("task", "model", "train")})
+    batch = GBBTask.from_config(run.task).sample(run.train.eval_batch_size,
+                                                 torch.Generator().manual_seed(run.train.seed + 1))  # fmt: skip
+    ids = batch.inputs.to(torch.int64).contiguous().numpy()
+    return {"source": f"gBB evaluation batch (seed {run.train.seed + 1}, {'BOS' if run.task.bos else 'no BOS'})",
+            "seq_len": int(ids.shape[1]), "windows": int(ids.shape[0]),
+            "sha256": hashlib.sha256(ids.tobytes()).hexdigest()}  # fmt: skip
