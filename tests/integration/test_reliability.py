@@ -18,6 +18,7 @@ from sinkscope.cli.main import main
 from sinkscope.staging import claimed_output
 
 from .tiny_checkpoint import save_tiny_llama, write_corpus
+from .waiting import HANG_GUARD, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -305,8 +306,6 @@ def test_ablate_and_cost_guard_their_out_before_the_work(tiny, tmp_path, capsys,
 def test_two_analyze_processes_with_one_out_keep_the_first_result(tiny, tmp_path, capsys):
     """The race of the issue, with real processes: the first writer is held after claiming --out (before its model
     loads) until the second has been refused; then the first finishes and its run is the one on disk."""
-    import time
-
     go = tmp_path / "go"
     held = (
         "import pathlib, sys, time; import sinkscope.models.load as load; real = load.load_model\n"
@@ -320,13 +319,9 @@ def test_two_analyze_processes_with_one_out_keep_the_first_result(tiny, tmp_path
     out = tmp_path / "same"
     first = subprocess.Popen([sys.executable, "-c", held, *common(tiny, "--out", str(out), "--max-windows", "5")],
                              stderr=subprocess.PIPE, text=True)  # fmt: skip
-    lock = tmp_path / ".same.lock"
-    deadline = time.monotonic() + 120
-    while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert lock.exists(), "the first writer never took its lock"
+    wait_for(tmp_path / ".same.lock", first)  # the first writer took its lock
     second = one_error(capsys, common(tiny, "--out", str(out)))  # this test's process is the second writer
     go.touch()
-    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert first.wait(timeout=HANG_GUARD) == 0, first.stderr.read()
     assert "is being written by another sinkscope process" in second
     assert json.loads((out / "run.json").read_text())["corpus"]["windows"] == 5

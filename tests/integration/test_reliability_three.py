@@ -20,7 +20,8 @@ from sinkscope.locking import host_tag
 from sinkscope.staging import claimed_output, claimed_workspace
 
 from . import test_reliability_two as two
-from .test_reliability_two import analyze_args, one_error, snapshot, wait_for
+from .test_reliability_two import analyze_args, one_error, snapshot
+from .waiting import HANG_GUARD, wait_for
 
 tiny, no_model, no_report = two.tiny, two.no_model, two.no_report  # the fixtures of round two
 
@@ -130,7 +131,7 @@ def fake_run(out: Path, windows: int) -> None:
 def killed_between_renames(out: Path) -> None:
     fake_run(out, 6)
     child = subprocess.run([sys.executable, "-c", KILL_BETWEEN_RENAMES, str(out)], capture_output=True, text=True,
-                           timeout=120)  # fmt: skip
+                           timeout=HANG_GUARD)  # fmt: skip
     assert child.returncode == -9, child.stderr
 
 
@@ -203,7 +204,7 @@ def test_a_writer_in_another_pid_namespace_is_neither_cleaned_up_nor_raced(tiny,
     assert main(analyze_args(tiny, "--out", str(tmp_path / "run2"))) == 0
     assert staging.is_dir()
     go.touch()
-    stdout, stderr = writer.communicate(timeout=120)
+    stdout, stderr = writer.communicate(timeout=HANG_GUARD)
     assert writer.returncode == 0 and "saved" in stdout, stderr
     assert (out / "run.json").read_text() == "{}"
 
@@ -283,7 +284,7 @@ with claimed_output(out):
     wait_for(ready, first)
     line = one_error(capsys, analyze_args(tiny, "--out", str(out / "sub")))
     go.touch()
-    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert first.wait(timeout=HANG_GUARD) == 0, first.stderr.read()
     assert f"lies inside {out}, which another sinkscope process (pid {first.pid})" in line
     assert windows(out) == 5 and not (out / "sub").exists()
 

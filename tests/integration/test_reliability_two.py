@@ -14,7 +14,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +25,7 @@ from sinkscope.cli.main import main
 
 from .test_reliability import interrupt_after_checkpoints
 from .tiny_checkpoint import save_tiny_llama, write_corpus
+from .waiting import BLOCK_UNTIL_SIGNALLED, HANG_GUARD, wait_for
 
 TINY_BB = ["--steps", "4", "--eval-every", "2", "--layers", "1", "--heads", "1", "--d-model", "16", "--length", "9",
            "--vocab-size", "8", "--triggers", "2", "--batch-size", "4", "--set", "train.eval_batch_size=8",
@@ -190,17 +190,10 @@ SLOW_SAVE = (
     "import sinkscope.report.html as page\n"
     "def stuck(runs, path, figures_dir=None):\n"
     "    pathlib.Path(sys.argv[1]).touch()\n"
-    "    time.sleep(120)\n"
+    f"    {BLOCK_UNTIL_SIGNALLED}\n"
     "page.write_report = stuck\n"
     "from sinkscope.cli.main import main; sys.exit(main(sys.argv[2:]))"
 )
-
-
-def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert path.exists(), process.communicate()[1]
 
 
 def test_sigint_or_sigterm_while_the_result_is_saved_keeps_the_checkpoint(tiny, tmp_path, capsys, no_report):
@@ -218,7 +211,7 @@ def test_sigint_or_sigterm_while_the_result_is_saved_keeps_the_checkpoint(tiny, 
         wait_for(ready, child)  # the pass is done; report.html is being written inside the staged run directory
         child.send_signal(signum)
     for signum, (child, _, out, _) in children.items():
-        _, err = child.communicate(timeout=60)
+        _, err = child.communicate(timeout=HANG_GUARD)
         assert child.returncode == 128 + signum, err
         checkpoint = out.with_name(".long.checkpoint")
         lines = [line for line in err.splitlines() if line.startswith("sinkscope") and " CPU thread" not in line]
@@ -439,7 +432,7 @@ FAKE_GGUF = (
     "def slow_save(self, *a, **k):\n"
     "    real_save(self, *a, **k)\n"
     "    ready.touch()\n"
-    "    time.sleep(120)\n"
+    f"    {BLOCK_UNTIL_SIGNALLED}\n"
     "transformers.PreTrainedModel.save_pretrained = slow_save\n"
     "from sinkscope.cli.main import main; sys.exit(main(sys.argv[3:]))"
 )
@@ -459,7 +452,7 @@ def test_an_interrupted_gguf_conversion_leaves_nothing_in_the_cache(tiny, tmp_pa
     written = [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")]
     assert [".partial-" in name for name in written] == [True]  # the conversion is being written
     child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=60)
+    _, err = child.communicate(timeout=HANG_GUARD)
     assert child.returncode == 143 and "interrupted by SIGTERM" in err, err
     assert list((cache / "gguf").iterdir()) == [] and not (tmp_path / "run").exists()
     # SIGKILL leaves a conversion behind; the next conversion removes it (its process is gone) and caches the model

@@ -3,7 +3,6 @@
 import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
@@ -18,12 +17,28 @@ from sinkscope.pipelines.analysis import analyze
 from sinkscope.pipelines.checkpoint import save_checkpoint
 
 from .tiny_checkpoint import save_tiny_llama, write_corpus
+from .waiting import BLOCK_UNTIL_SIGNALLED, HANG_GUARD, wait_for
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     return save_tiny_llama(root / "model"), write_corpus(root / "corpus.txt")
+
+
+# `analyze` held (until killed) right after it saved its first checkpoint: the kill lands between two checkpoints
+# however fast or slow the machine is.
+HOLD_AFTER_FIRST_CHECKPOINT = (
+    "import pathlib, sys, time\n"
+    "import sinkscope.pipelines.analysis as analysis\n"
+    "real = analysis.save_checkpoint\n"
+    "def saved_then_held(*args, **kwargs):\n"
+    "    real(*args, **kwargs)\n"
+    "    pathlib.Path(sys.argv[1]).touch()\n"
+    f"    {BLOCK_UNTIL_SIGNALLED}\n"
+    "analysis.save_checkpoint = saved_then_held\n"
+    "from sinkscope.cli.main import main; sys.exit(main(sys.argv[2:]))"
+)
 
 
 def analyze_cli(*args: str, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
@@ -47,31 +62,30 @@ def test_two_process_torchrun_equals_one_process(tiny, tmp_path):
     common = ["--model", str(model), "--corpus", str(corpus), "--seq-len", "24", "--max-windows", "11",
               "--batch-size", "2", "--geometry-cap", "40", "--smoothing"]  # smoothing merges like the rest
     single = analyze_cli(*common, "--out", str(tmp_path / "single"))
-    assert single.wait(timeout=300) == 0, single.stderr.read()
+    assert single.wait(timeout=HANG_GUARD) == 0, single.stderr.read()
     launcher = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533")
     parallel = analyze_cli(*common, "--out", str(tmp_path / "parallel"), launcher=launcher)
-    assert parallel.wait(timeout=300) == 0, parallel.stderr.read()
+    assert parallel.wait(timeout=HANG_GUARD) == 0, parallel.stderr.read()
     assert_same_run(tmp_path / "single", tmp_path / "parallel")
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tiny, tmp_path):
     model, corpus = tiny
-    common = ["--model", str(model), "--corpus", str(corpus), "--seq-len", "16", "--max-windows", "300",
+    common = ["--model", str(model), "--corpus", str(corpus), "--seq-len", "16", "--max-windows", "30",
               "--batch-size", "1", "--geometry-cap", "40", "--checkpoint-every", "5", "--smoothing"]
     reference = analyze_cli(*common, "--out", str(tmp_path / "reference"))
-    assert reference.wait(timeout=300) == 0, reference.stderr.read()
-    out = tmp_path / "resumed"
+    assert reference.wait(timeout=HANG_GUARD) == 0, reference.stderr.read()
+    out, ready = tmp_path / "resumed", tmp_path / "checkpointed"
     checkpoint = tmp_path / ".resumed.checkpoint" / "rank0.safetensors"
-    victim = analyze_cli(*common, "--out", str(out))
-    deadline = time.time() + 120
-    while not checkpoint.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
+    victim = subprocess.Popen([sys.executable, "-c", HOLD_AFTER_FIRST_CHECKPOINT, str(ready), "analyze", "--quiet",
+                               *common, "--out", str(out)], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for(ready, victim)  # its first checkpoint (5 windows) is on disk and it is held there: kill it now
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     # --out was created (empty) when the run claimed it; SIGKILL leaves it empty, which any later run accepts
-    assert checkpoint.exists() and not (out / "run.json").exists(), "the run finished before it could be killed"
+    assert checkpoint.exists() and not (out / "run.json").exists()
     resumed = analyze_cli(*common, "--out", str(out), "--resume")
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert resumed.wait(timeout=HANG_GUARD) == 0, resumed.stderr.read()
     assert_same_run(tmp_path / "reference", out)
     assert not checkpoint.parent.exists()
 
