@@ -4,6 +4,8 @@ before the work, nothing written."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,8 +42,12 @@ def test_plan_and_evaluation_files(tiny, tmp_path, capsys):
     assert main(["analyze", "--model", str(model), "--corpus", str(corpus), *WINDOWS, "--out", str(run)]) == 0
     again = tmp_path / "again"
     assert main(["kv-plan", "--model", str(model), "--corpus", str(corpus), *WINDOWS, *PLAN, "--run", str(run),
-                 "--out", str(again)]) == 0  # fmt: skip
+                 "--far-mass-on", "probes", "--span", "8", "--out", str(again)]) == 0  # fmt: skip
+    # the `measures` rule reads the run's statistics: the same plan; far mass now comes from the probe windows
     np.testing.assert_array_equal(np.loadtxt(again / "full_attention_heads.tsv", delimiter="\t") > 0.5, values > 0.5)
+    probed = pd.read_parquet(again / "kv_plan_heads.parquet")
+    assert json.loads((again / "config.json").read_text())["sinkscope"]["far_mass_on"] == "probes"
+    assert np.abs(probed["far_mass"].to_numpy() - heads["far_mass"].to_numpy()).max() > 1e-5  # random weights: small
 
 
 def test_another_models_plan_is_one_line_before_the_work(tiny, tmp_path, capsys):

@@ -59,6 +59,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--draws", type=int, default=20, help="random plans per share (default 20)")
     parser.add_argument("--span", type=int, default=16, help="tokens of the copied span (default 16)")
     parser.add_argument("--plan", help="a plan folder (DuoAttention format) to evaluate beside the others")
+    parser.add_argument("--far-mass-on", choices=("windows", "probes"), default="windows", help="measure far mass "
+                        "on the corpus windows (default) or on the probe windows, whose copied span gives "
+                        "retrieval heads a reason to look far")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of random corpora and random plans")
     parser.set_defaults(func=run)
 
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = PlanConfig(share=args.share, sink_size=args.sink_size, recent_size=args.recent_size, rule=args.rule)
     evaluation = EvalConfig(shares=args.shares, draws=args.draws, span=args.span, seed=args.seed)
-    if args.evaluate:
+    if args.evaluate or args.far_mass_on == "probes":
         evaluation.check_lengths(args.seq_len, config.sink_size, config.recent_size)
     elif args.plan:
         raise SinkscopeError("--plan is a plan to evaluate: add --evaluate")
@@ -121,18 +124,20 @@ def _plan_and_evaluate(lm, stream, args, config, evaluation):
                                  f"({L} × {KV * group})")  # fmt: skip
     else:
         analysis = analyze(lm, stream, AnalyzeConfig(geometry_cap=0), progress=False, threads=None)
-    far = kv_plan.measure_far_mass(lm, batches, config.sink_size, config.recent_size)
+    probes = [kv_plan_eval.probe(b, evaluation.span, config.sink_size) for b in batches]
+    far = kv_plan.measure_far_mass(lm, probes if args.far_mass_on == "probes" else batches, config.sink_size,
+                                   config.recent_size)  # fmt: skip
     scores = kv_plan.head_scores(analysis.heads, far, group, config)
     order = kv_plan.need_order(scores)
     values = kv_plan.plan_values(order, kv_plan.full_heads(order, L, KV, config.share))
     meta = {"model": lm.identity, "analysis": args.run or "run here (geometry_cap 0)", "seq_len": args.seq_len,
-            "corpus": stream.identity(), "windows": sum(b.shape[0] for b in batches)}  # fmt: skip
+            "corpus": stream.identity(), "windows": sum(b.shape[0] for b in batches),
+            "far_mass_on": args.far_mass_on}  # fmt: skip
     if not args.evaluate:
         kv_plan.write_plan(args.out, values, scores, config, meta)
         return None
     orders = {"sinkscope": kv_plan.need_order(scores.assign(need=1 - scores["kept"])),
               "far-mass": kv_plan.need_order(scores.assign(need=scores["far_mass"]))}  # fmt: skip
-    probes = [kv_plan_eval.probe(b, evaluation.span, config.sink_size) for b in batches]
     rows, oracle = kv_plan_eval.compare(lm, probes, orders, (L, KV, group), config.sink_size, config.recent_size,
                                         evaluation, plan=None if given is None else given[0] > 0.5, progress=True)
     summary = kv_plan_eval.summarize(rows)
