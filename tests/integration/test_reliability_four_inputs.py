@@ -122,6 +122,14 @@ def test_no_float_option_of_any_command_takes_nan_or_inf(tmp_path, capsys, value
         assert not out.exists(), (command, flag)
 
 
+def test_evict_refuses_a_kept_set_larger_than_the_window(tiny, tmp_path, capsys):  # noqa: F811
+    model, corpus = tiny
+    out = tmp_path / "ev"
+    line = one_error(capsys, ["evict", "--model", str(model), "--corpus", str(corpus), "--seq-len", "16",
+                              "--window", "4", "--ks", "0,16", "--max-windows", "2", "--out", str(out)])  # fmt: skip
+    assert "--ks 16 keeps more tokens than a window of 16 has" in line and not out.exists()
+
+
 @pytest.mark.parametrize(("setting", "message"), [
     ("train.lr=NaN", "train lr=nan: use a finite number"),
     ("train.weight_decay=Infinity", "train weight_decay=inf: use a finite number"),

@@ -56,10 +56,14 @@ class EvictConfig:
             raise SinkscopeError(f"--ks {','.join(map(str, self.ks))} must be one or more sizes ≥ 0, e.g. 0,1,2,4")
 
     def check_seq_len(self, seq_len: int) -> None:
-        """Eviction changes a query's keys only once t ≥ w; a window needs at least one such query with a target."""
+        """Eviction changes a query's keys only once t ≥ w; a window needs at least one such query with a target, and
+        every kept set must fit in the window's T positions."""
         if seq_len - 1 <= self.window:
             raise SinkscopeError(f"--window {self.window} leaves no evicted query in windows of {seq_len} tokens: "
                                  f"use --seq-len > {self.window + 1} or a smaller --window")  # fmt: skip
+        if max(self.ks) >= seq_len:  # a kept set is k of the window's own T positions
+            raise SinkscopeError(f"--ks {max(self.ks)} keeps more tokens than a window of {seq_len} has: use sizes "
+                                 f"below --seq-len {seq_len}")  # fmt: skip
 
 
 def keep_mask(seq_len: int, window: int, kept: Tensor) -> Tensor:
