@@ -99,7 +99,9 @@ def test_hook_equals_hand_built_mixed_attention(build):
     leaving = hand.hidden_states[layer + 1]  # the residual stream leaving `layer`, hand-built
     with mixed_attention(lm, [(layer, head)], lam):
         rerun = rerun_layer(lm, layer, own_calls[layer])  # layer re-run alone on the model's own inputs
-    torch.testing.assert_close(rerun, leaving, atol=1e-5, rtol=1e-5)
+    # float32 through two paths (the hooked layer re-run alone, a hand-written attention in the whole model): one
+    # element in 768 differed by 1.1e-5 on this machine's CPU kernels; a mix at λ·0.99 moves them by ~1e-3
+    torch.testing.assert_close(rerun, leaving, atol=5e-5, rtol=1e-5)
     torch.testing.assert_close(context_cosine(rerun), context_cosine(leaving), atol=1e-6, rtol=1e-6)
 
 

@@ -54,7 +54,8 @@ def test_python_callers_get_the_thread_count_in_run_json():
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            run = analyze(build("llama"), TokenWindows(token_windows(2)), AnalyzeConfig(geometry_cap=0), progress=False)
+            run = analyze(build("llama"), TokenWindows(token_windows(2)), AnalyzeConfig(geometry_cap=0), progress=False,
+                          threads=None)  # None: the count the caller set (the default "auto" picks from the load)
             assert run.meta["timings"]["threads"] == threads
     finally:
         torch.set_num_threads(before)
