@@ -40,6 +40,7 @@ ADDED["reproduce"] |= {"--random-draws", "--ablation-windows"}  # issue 24: the 
 # issue 35: the head-class thresholds and what becomes of a corpus's tail
 ADDED["analyze"] |= {"--diag-threshold", "--prev-threshold", "--dense-threshold", "--learned-sink-threshold", "--tail"}
 ADDED["analyze"] |= {"--attention-precision"}  # issue 33: the flex path's precision
+ADDED["reproduce"] |= {"--claims"}  # one claim at full size: only the sections it reads
 # Options changed on purpose since the dump (issue 35: `--seq-len whole`; the geometry step's help says what it costs).
 CHANGED = {"analyze": {"--seq-len", "--geometry-cap"}, "train-bb": {"--attention"}}  # train-bb: more kinds in its help
 
