@@ -111,7 +111,10 @@ def test_cost_boundary_trained_reads_the_diagonal_side_with_the_sink_side_as_con
 
 def test_cost_boundary_trained_has_its_words_and_its_thresholds_vary():
     record = cost_boundary_trained_verdict(runs([["diagonal"] * 3] * 2, [["sink"] * 3] * 2))
-    assert {r["threshold"] for r in record.sensitivity} == set(THRESHOLDS["cost_boundary_trained"])
+    varied = {r["threshold"] for r in record.sensitivity if "not_varied" not in r}
+    assert varied == set(THRESHOLDS["cost_boundary_trained"])
+    fixed = {r["threshold"]: r["not_varied"] for r in record.sensitivity if "not_varied" in r}
+    assert list(fixed) == ["settings"] and "fixed by the boundary" in fixed["settings"]  # the lab's settings, recorded
     text = with_claim_text(record.to_dict())
     assert text["paper_claim"] == CLAIMS["cost_boundary_trained"].paper_claim
     assert text["table"] == "cost_boundary_trained"
