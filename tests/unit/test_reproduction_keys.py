@@ -40,7 +40,7 @@ def test_a_new_default_field_matches_a_stamp_written_before_it_existed(tmp_path)
     assert is_fresh(directory, {"section": "s", "config": After(), "nested": {"config": After()}})
     write_key(tmp_path / "old", {"section": "s", "config": After(), "nested": {"config": After()}})
     every_field = {"epsilon": 0.3, "windows": [1, 2], "precision": "exact"}  # defaults spelled out in the stamp
-    assert json.loads((directory / KEY_FILE).read_text()) == {
+    assert json.loads((directory / KEY_FILE).read_text())["identity"] == {
         "section": "s",
         "config": every_field,
         "nested": {"config": every_field},
@@ -91,20 +91,23 @@ def test_a_changed_value_makes_the_stamp_stale_whether_it_was_stamped_old_or_new
 
 
 def test_the_stored_analysis_stamps_of_before_attention_precision_match_the_plan(tmp_path):
-    """The stamps of runs/repro-*/MODEL/analyze-*/ and ablate/ were written with every `AnalyzeConfig` field of the
-    time (no head-class thresholds, no `attention_precision`); read now, they match the plan's keys."""
+    """Stamps written with every `AnalyzeConfig` field of an earlier version (no head-class thresholds, no
+    `attention_precision`) match the plan's keys when their inputs are named by content; the same stamps naming the
+    model and corpus by their arguments only (as stamps were written before keys held content) are stale."""
     config = ReproduceConfig.preset(False, models=("m",), ablation_windows=8, random_draws=20)
     plan = model_plan("m", config, tmp_path)
+    first, bos = plan.analyses["builtin:prose"], plan.ablations[1]
+    inputs = {"model": first.key["model"], "corpus": first.key["corpus"]}  # {"hub": "m"}, {"builtin": …, "python": …}
     analysis = {"delta": 0.1, "epsilon": 0.3, "epsilons": [], "geometry_cap": 256, "seed": 0, "tau": 0.1}
-    scores = {"config": analysis, "corpus": "builtin:prose", "dtype": "float32", "model": "m", "section": "analyze",
-              "seq_len": 64, "smoothing": True, "smoothing_layer_stride": 1, "windows": 32}  # fmt: skip
-    first = plan.analyses["builtin:prose"]
+    named = {"config": analysis, "corpus": "builtin:prose", "dtype": "float32", "model": "m", "section": "analyze",
+             "seq_len": 64, "smoothing": True, "smoothing_layer_stride": 1, "windows": 32}  # fmt: skip
+    scores = named | inputs
+    assert not is_fresh(_stamp(first.directory, named), first.key)
     assert is_fresh(_stamp(first.directory, scores), first.key)
-    bos = plan.ablations[1]
     ablate = {"config": {"fractions": [0.1], "from_run": "analysis", "mode": "bos", "n_random": 8,
                          "score_windows": 16, "seed": 0, "selections": ["highest-hard-sink"]},
-              "corpus": "builtin:prose", "dtype": "float32", "model": "m", "scores": scores, "section": "ablate",
-              "seq_len": 64, "windows": 8}  # fmt: skip
+              "dtype": "float32", "scores": scores, "section": "ablate", "seq_len": 64, "windows": 8} | inputs  # fmt: skip
     assert is_fresh(_stamp(bos.directory, ablate), bos.key)
     assert not is_fresh(_stamp(bos.directory, ablate | {"scores": scores | {"config": analysis | {"tau": 0.2}}}),
                         bos.key)  # fmt: skip
+    assert not is_fresh(_stamp(bos.directory, ablate | {"model": "m"}), bos.key)
