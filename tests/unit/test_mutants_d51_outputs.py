@@ -185,18 +185,18 @@ STAMPS_JSON = {
     "smollm2-135m/switch-assumptions": (
         '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"'
         'embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110d'
-        'b53"},"section":"switch-assumptions","seed":0,"seq_len":64,"version":1,"windows":32},"stored":{}'
+        'b53"},"section":"switch-assumptions","seed":0,"seq_len":64,"switch_tau":0.1,"version":2,"windows":32},"stored":{}'
         '}'
     ),
     "smollm2-135m/switch-builtin-code": (
         '{"identity":{"corpus":{"builtin":"builtin:code","python":"PYTHON"},"dtype":"float32","model":{"e'
         'mbedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db'
-        '53"},"section":"switch","seed":0,"seq_len":64,"version":3,"windows":32},"stored":{}}'
+        '53"},"section":"switch","seed":0,"seq_len":64,"switch_tau":0.1,"version":4,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/switch-builtin-prose": (
         '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","model":{"'
         'embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110d'
-        'b53"},"section":"switch","seed":0,"seq_len":64,"version":3,"windows":32},"stored":{}}'
+        'b53"},"section":"switch","seed":0,"seq_len":64,"switch_tau":0.1,"version":4,"windows":32},"stored":{}}'
     ),
     "smollm2-135m/weights": (
         '{"identity":{"dtype":"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a3'
@@ -234,6 +234,21 @@ def test_every_stored_model_section_stamp_still_reads_fresh(tmp_path):
     for section, name in zip(sections, relative):
         _stamp(tmp_path, name)
         assert is_fresh(section.directory, section.key), f"{name}: {section.key}"
+
+
+def test_the_switch_sections_of_the_pooled_test_are_stale(tmp_path):
+    # The per-head switch evidence (version 4, its τ in the key) replaced the pooled 2×2 arrays: a section stored
+    # before must be computed again, not read without the arrays the claim now needs.
+    sections = {str(s.directory.relative_to(tmp_path)): s
+                for s in model_plan("smollm2-135m", stored_config(), tmp_path).in_order()}  # fmt: skip
+    for name, version in (("switch-builtin-prose", 4), ("switch-builtin-code", 4), ("switch-assumptions", 2)):
+        section = sections[f"smollm2-135m/{name}"]
+        _stamp(tmp_path, f"smollm2-135m/{name}")
+        assert is_fresh(section.directory, section.key)
+        older = STAMPS_JSON[f"smollm2-135m/{name}"].replace('"switch_tau":0.1,', "")
+        older = older.replace(f'"version":{version}', f'"version":{version - 1}').replace("PYTHON", platform.python_version())
+        (section.directory / KEY_FILE).write_text(older)
+        assert not is_fresh(section.directory, section.key), name
 
 
 def test_stored_model_free_stamps_are_reused_not_recomputed(tmp_path, monkeypatch):
