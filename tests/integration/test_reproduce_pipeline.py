@@ -70,11 +70,11 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     stamps = section_stamps(out)
     # 3 analyses and their 3 per-window evidence passes, the switch pass, certificates, ablate (zero, bos, sink
     # queries), cost-layers, weights, theory; issue 36's evict, dense, prevalence, switch-assumptions and the theory's
-    # cost regimes and the boundary lab
-    assert len(stamps) == 20
+    # cost regimes and the boundary lab; the KV plan of the measures
+    assert len(stamps) == 21
 
     second = reproduce(config, out)
-    assert len(second["reused"][tiny_model]) == 17 and second["section_seconds"][tiny_model] == {}
+    assert len(second["reused"][tiny_model]) == 18 and second["section_seconds"][tiny_model] == {}
     assert section_stamps(out) == stamps  # nothing recomputed
     assert json.loads((out / "verdicts.json").read_text()) == records
 

@@ -3,10 +3,11 @@ published from them.
 
 `tests/data/reproduce-gemma3-270m/` holds what `sinkscope reproduce --models gemma3-270m --ablation-windows 8
 --random-draws 20 --regimes-from runs/regimes` wrote for the embedded Gemma-3-270M (commit f601541; the verdicts
-docs/reproduction.md lists): the section directories `gemma3-270m/*` (each with its `reproduce-key.json`; the
-sections' own figures and HTML pages left out), the model-free inputs `theory/` (cost closed forms, the predicted
-cost boundary, the boundary lab's runs), and in `published/` what the command published from them: `verdicts.json`
-(27 verdicts), `tables/*.csv`, `figures/*.png`, `report.md` and `summary.json`.
+docs/reproduction.md lists; `kv-plan/` added later by `sinkscope reproduce --models gemma3-270m --claims
+kv_plan_measures --ablation-windows 8 --random-draws 20`): the section directories `gemma3-270m/*` (each with its
+`reproduce-key.json`; the sections' own figures and HTML pages left out), the model-free inputs `theory/` (cost
+closed forms, the predicted cost boundary, the boundary lab's runs), and in `published/` what the command published
+from them: `verdicts.json` (28 verdicts), `tables/*.csv`, `figures/*.png`, `report.md` and `summary.json`.
 
 The numbers themselves are checked against independent computations elsewhere (test_reproduce_claims,
 test_reproduce_judge, test_gaps_verdicts, test_mutants_d51_claims, test_reference_columns); this test pins the whole
@@ -99,12 +100,12 @@ def same(a, b, path: str) -> list[str]:
 
 
 def verdict_differences(republished: Path) -> list[str]:
-    """Each of the 27 verdicts - claim, model, corpus, verdict word, reason, effect, interval, thresholds,
+    """Each of the 28 verdicts - claim, model, corpus, verdict word, reason, effect, interval, thresholds,
     sensitivity, every record entry, the claim's words, test and control - against the published `verdicts.json`,
     in the published order."""
     now = json.loads((republished / "verdicts.json").read_text())
     published = json.loads((PUBLISHED / "verdicts.json").read_text())
-    assert len(published) == 27
+    assert len(published) == 28
     assert {v["verdict"] for v in published} >= {
         "supported",
         "partly",

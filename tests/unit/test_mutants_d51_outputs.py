@@ -3,7 +3,8 @@
 - Section keys (every field name and value of every section's key, sections.py, experiment_sections.py, the
   cost theory): the keys stamped by the stored runs (runs/repro-smollm2-135m, `reproduce` at its recorded
   config; docs/reproduction.md: "a rerun reuses every section whose settings match ... all 21 model sections read
-  fresh") must still read fresh, so a renamed field or a changed value recomputes hours of sections.
+  fresh"; the KV plan's section, added after them, by the key it stamps at that config) must still read fresh,
+  so a renamed field or a changed value recomputes hours of sections.
 - Defaults and forwarded callbacks: the boundary lab's progress lines (whole line read back), `judge_theory` with
   and without a regime reason.
 - Figures: every figure function of figures.py and experiment_figures.py built from small hand tables and read
@@ -166,6 +167,17 @@ STAMPS_JSON = {
         '8c15e5bc70ea373728110db53"},"section":"evidence","seed":0,"seq_len":64,"version":1,"windows":32}'
         ',"stored":{}}'
     ),
+    "smollm2-135m/kv-plan": (
+        '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"draws":20,"dtype":"float32"'
+        ',"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70e'
+        'a373728110db53"},"recent_size":32,"scores":{"config":{"attention_precision":"exact","delta":0.1,'
+        '"dense":0.7,"diagonal":0.5,"epsilon":0.3,"epsilons":[],"geometry_cap":256,"learned_sink":null,"p'
+        'revious":0.5,"seed":0,"tau":0.1},"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":'
+        '"float32","model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c'
+        '15e5bc70ea373728110db53"},"section":"analyze","seq_len":64,"smoothing":true,"smoothing_layer_str'
+        'ide":1,"windows":32},"section":"kv-plan","seed":0,"seq_len":128,"share":0.5,"sink_size":4,"span"'
+        ':16,"version":1,"windows":8},"stored":{}}'
+    ),
     "smollm2-135m/prevalence": (
         '{"identity":{"corpus":{"builtin":"builtin:prose","python":"PYTHON"},"dtype":"float32","epsilon":'
         '0.3,"model":{"embedded":"smollm2-135m","sha256":"b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc'
@@ -230,7 +242,7 @@ def test_every_stored_model_section_stamp_still_reads_fresh(tmp_path):
     sections = model_plan("smollm2-135m", stored_config(), tmp_path).in_order()
     relative = [str(section.directory.relative_to(tmp_path)) for section in sections]
     assert sorted(relative) == sorted(k for k in STAMPS_JSON if k.startswith("smollm2-135m/"))
-    assert len(relative) == 21  # docs/reproduction.md: "all 21 model sections ... read fresh"
+    assert len(relative) == 22  # the 21 of docs/reproduction.md ("... read fresh") and the KV plan's (its key here)
     for section, name in zip(sections, relative):
         _stamp(tmp_path, name)
         assert is_fresh(section.directory, section.key), f"{name}: {section.key}"
@@ -361,7 +373,7 @@ def test_measurements_take_each_field_from_its_own_section(tmp_path, quick):
     assert m.switch == {c: f"read switch-{c.replace(':', '-')}" for c in corpora}
     assert (m.costs, m.weights, m.sink_queries) == ("read cost-layers", "read weights", "read sink-queries")
     assert m.experiments == {"eviction": "read evict", "dense": "read dense", "prevalence": "read prevalence",
-                             "assumptions": "read switch-assumptions"}  # fmt: skip
+                             "assumptions": "read switch-assumptions", "kv_plan": "read kv-plan"}  # fmt: skip
     assert m.ablation_variants == ({} if quick else "read ablate-sensitivity")
 
 
@@ -990,7 +1002,7 @@ def test_write_tables_writes_every_table_a_claim_links(tmp_path):
 
     model_free = {"cost_theory", "regime_cells", "cost_regimes", "cost_boundary_trained"}
     per_model = sorted({spec.table for spec in CLAIMS.values()} - model_free)
-    assert len(per_model) == 14
+    assert len(per_model) == 15  # kv_plan among them
     evidence = {
         m: {t: pd.DataFrame({"value": [k, k + 0.5]}) for t in per_model} for k, m in enumerate(("a", "b"))
     }
@@ -1075,7 +1087,7 @@ def test_each_section_computes_on_the_windows_its_key_records(tmp_path, monkeypa
             )
         checked.add(key["section"])
     assert checked == {"analyze", "ablate", "sink-queries", "switch", "evidence", "certificates", "evict", "dense",
-                       "prevalence", "switch-assumptions"} | (set() if quick else {"ablate-sensitivity"})  # fmt: skip
+                       "prevalence", "switch-assumptions", "kv-plan"} | (set() if quick else {"ablate-sensitivity"})  # fmt: skip
 
 
 def test_corpus_verdicts_order_corpus_and_the_no_smoothing_verdict():

@@ -61,10 +61,10 @@ def test_the_plan_orders_the_sections_and_the_ablations_carry_the_first_analysis
                      "analyze-builtin-repeat", "ablate", "ablate-bos", "sink-queries", "switch-builtin-prose",
                      "switch-builtin-code", "cost-layers", "weights", "evidence-builtin-prose",
                      "evidence-builtin-code", "evidence-builtin-random", "evidence-builtin-repeat",
-                     "certificates", "evict", "dense", "prevalence", "switch-assumptions"]  # fmt: skip
+                     "certificates", "evict", "dense", "prevalence", "switch-assumptions", "kv-plan"]  # fmt: skip
     assert len({section.directory for section in plan.in_order()}) == len(names)
     first = plan.analyses["builtin:prose"]
-    for section in (*plan.ablations, plan.sink_queries):
+    for section in (*plan.ablations, plan.sink_queries, plan.experiments["kv_plan"]):
         assert section.key["scores"] == first.key
     assert plan.ablations[0].key["config"].from_run == "analysis"  # the path is not part of the key
 

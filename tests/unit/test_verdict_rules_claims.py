@@ -23,6 +23,7 @@ from sinkscope.reproduction.experiment_claims import (
     sink_in_use_verdict,
 )
 from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
+from sinkscope.reproduction.kv_plan_claims import kv_plan_verdict
 from sinkscope.reproduction.regime_claims import regimes_verdict
 from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
 from sinkscope.reproduction.smoothing_claims import oversmoothing_verdict
@@ -185,6 +186,8 @@ CONSTRUCTED = {
     "prevalence": lambda: prevalence_verdict("m", prevalence_rows(0.8, 0.05)),
     "cost_boundary": _boundary,
     "cost_boundary_trained": _trained,
+    "kv_plan_measures": lambda: kv_plan_verdict("m", {"full": np.zeros(W), "plan": np.full(W, 0.02),
+                                                      "random": controls(0.2)}),  # fmt: skip
 }
 ELSEWHERE = {"mlp_like"}  # descriptive: no threshold, no verdict
 # What each measurement fixed, recorded in the sensitivity as not varied by these names.
@@ -192,7 +195,7 @@ RECORDED = {"sink_in_use": {"T", "recent_window"}, "dense_causal": {"lambda"}, "
             "cost_boundary": {"grid"}, "cost_boundary_trained": {"settings"},
             "cost_real_layers": {"T_min", "T_max", "layer_stride"}, "sink_ablation": {"head_fraction",
                                                                                        "sink_query_delta"},
-            "dormant_heads": {"head_fraction"}}  # fmt: skip
+            "dormant_heads": {"head_fraction"}, "kv_plan_measures": {"share", "window", "draws"}}  # fmt: skip
 
 
 def test_every_claim_is_enumerated():

@@ -218,6 +218,21 @@ CLAIMS: dict[str, Claim] = {
         "the literature's functional test of a sink; keeping one other early token instead separates 'the sink' "
         "from 'one more key'",
         "the window plus one random context token at a position 1 … w − 1 in place of BOS", "eviction"),
+    # the KV-cache plan read off the measures (`reproduction.kv_plan_section`, judged in `reproduction.kv_plan_claims`)
+    "kv_plan_measures": Claim(
+        6, "Heads classed as sink or diagonal heads by the paper's measures can keep only a sink + recent-window KV "
+        "cache with less loss than random heads at equal memory (the mechanistic reading of StreamingLLM and "
+        "DuoAttention's streaming heads).",
+        "`sinkscope kv-plan`'s default plan (rule `measures`: a KV head's kept mass = sink + diagonal + "
+        "previous-token mass of its least streamable query head, from the first corpus's analysis; half of the KV "
+        "heads, those of lowest kept mass, keep a full cache, the others the first 4 keys and the last 32); per "
+        "probe window the loss of the natural text's targets beyond the window; effect: the share of the random "
+        "plans' loss increase over the full cache that the measures' plan avoids, and the share of random draws "
+        "it beats",
+        "equal memory is an equal count of full KV heads, so only which heads are streamed differs; the loss "
+        "beyond the window is where a streamed head loses keys (the measures predict which heads need them)",
+        "≥ 20 random plans with as many full KV heads on the same windows (interval over windows × draws)",
+        "kv_plan"),
 }
 
 SECTION_OF = {claim: spec.section for claim, spec in CLAIMS.items()}

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
+from sinkscope.reproduction.kv_plan_claims import KV_PLAN, kv_plan_table, kv_plan_verdict
 from sinkscope.reproduction.minima import MIN_DRAWS, MIN_HEADS, MIN_RUNS, MIN_WINDOWS
 from sinkscope.reproduction.switch_assumption_claims import (
     ASSUMPTIONS,
@@ -65,7 +66,7 @@ TRAINED_FIXED = {"settings": "the lab's 4 settings (V, T, d), 3 seeds each and i
                              "lab section (another setting is another training run)"}  # fmt: skip
 THRESHOLDS = {"sink_in_use": SINK_IN_USE, "dense_causal": DENSE_CAUSAL, "prevalence": PREVALENCE,
               "switch_assumptions": ASSUMPTIONS, "cost_boundary": COST_BOUNDARY,
-              "cost_boundary_trained": BOUNDARY_TRAINED}  # by claim (docs/reproduction.md)
+              "cost_boundary_trained": BOUNDARY_TRAINED, "kv_plan_measures": KV_PLAN}  # by claim (docs/reproduction.md)
 
 
 def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict | None = None, seed: int = 0
@@ -252,10 +253,11 @@ def prevalence_table(classes: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge_experiments(model: str, config: ReproduceConfig, read: dict) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:
-    """The verdicts of `sink_in_use`, `dense_causal`, `prevalence`, `switch_assumptions` on one model from the
-    sections' data (`read`: name of `experiment_sections.experiment_sections` → what its `load` returned), and
-    their tables (eviction, dense, prevalence, switch_assumptions). A run of some claims only reads some of the
-    sections: the verdicts of those, and no tables."""
+    """The verdicts of `sink_in_use`, `dense_causal`, `prevalence`, `switch_assumptions` and `kv_plan_measures` on
+    one model from the sections' data (`read`: name of `experiment_sections.experiment_sections`, or `kv_plan` →
+    what its `load` returned), and their tables (eviction, dense, prevalence, switch_assumptions; kv_plan). A run of
+    some claims only reads some of the sections: the verdicts of those, and the tables of all four or none of the
+    first four."""
     corpus, seed = config.corpora[0], config.seed
     verdicts = []
     if "eviction" in read:
@@ -269,9 +271,11 @@ def judge_experiments(model: str, config: ReproduceConfig, read: dict) -> tuple[
         verdicts.append(prevalence_verdict(model, read["prevalence"], seed))
     if "assumptions" in read:
         verdicts.append(assumptions_verdict(model, read["assumptions"], seed))
-    tables = {}
-    if len(verdicts) == 4:
-        tables = {"eviction": eviction_table(read["eviction"]), "dense": dense_table(read["dense"]),
+    if "kv_plan" in read:
+        verdicts.append(kv_plan_verdict(model, read["kv_plan"], seed))
+    tables = {"kv_plan": kv_plan_table(read["kv_plan"])} if "kv_plan" in read else {}
+    if {"eviction", "dense", "prevalence", "assumptions"} <= set(read):
+        tables |= {"eviction": eviction_table(read["eviction"]), "dense": dense_table(read["dense"]),
                   "prevalence": prevalence_table(read["prevalence"]),
                   "switch_assumptions": assumptions_table(read["assumptions"])}  # fmt: skip
     return [replace(verdict, corpus=corpus) for verdict in verdicts], tables

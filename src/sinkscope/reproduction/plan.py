@@ -22,6 +22,7 @@ from sinkscope.reproduction.cost_section import cost_layers_section
 from sinkscope.reproduction.experiment_sections import experiment_sections
 from sinkscope.reproduction.files import is_fresh, log, write_key
 from sinkscope.reproduction.judge import Measurements
+from sinkscope.reproduction.kv_plan_section import kv_plan_section
 from sinkscope.reproduction.sections import (
     Section,
     ablation_section,
@@ -48,7 +49,7 @@ CLAIM_PARTS: dict[str, tuple[str, ...]] = {
     "dormant_heads": ("ablations", "ablation_sensitivity"), "cost_real_layers": ("costs",),
     "weights_low_rank": ("weights", "certificates"), "weights_bos_alignment": ("weights", "certificates"),
     "gu_sink_rate": ("anchors",), "sink_in_use": ("eviction",), "dense_causal": ("dense",),
-    "prevalence": ("prevalence",), "switch_assumptions": ("assumptions",),
+    "prevalence": ("prevalence",), "switch_assumptions": ("assumptions",), "kv_plan_measures": ("kv_plan",),
 }  # fmt: skip
 # The claims judged without a model (`reproduction.run`): each reads one model-free section.
 MODEL_FREE_CLAIMS = ("cost_closed_forms", "bigram_backcopy_regimes", "cost_boundary", "cost_boundary_trained")
@@ -66,7 +67,7 @@ class ModelPlan:
     weights: Section
     evidence: dict[str, Section]  # every analysed corpus -> per-window sums
     certificates: Section
-    experiments: dict[str, Section] = field(default_factory=dict)  # issue 36's: eviction, dense, prevalence, …
+    experiments: dict[str, Section] = field(default_factory=dict)  # eviction, dense, prevalence, …, kv_plan
     ablation_sensitivity: Section | None = None  # the ablations at their own thresholds × ½, × 2 (not --quick)
 
     def in_order(self) -> list[Section]:
@@ -124,7 +125,8 @@ def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
     """Every section of model `name` under `out/MODEL/`: an analysis per main corpus (with smoothing) and per
     anchor corpus not among them; the ablations on the first corpus, ranked by its analysis; switch evidence per
     main corpus; layer costs; weight spectra; per-window evidence per analysed corpus (δ × ½, 1, 2 on the main
-    corpora unless `quick`, δ alone on the anchors); certificates."""
+    corpora unless `quick`, δ alone on the anchors); certificates; the experiments, with the KV plan of the
+    measures (`kv_plan_section`, its heads read off the first corpus's analysis)."""
     main = config.corpora
     analyses = {corpus: analysis_section(name, config, out, corpus, smoothing=True) for corpus in main}
     for corpus in ANCHOR_CORPORA:
@@ -142,7 +144,8 @@ def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
         evidence={corpus: evidence_section(name, config, out, corpus, scales if corpus in main else (1.0,))
                   for corpus in analyses},  # fmt: skip
         certificates=certificates_section(name, config, out),
-        experiments=experiment_sections(name, config, out),
+        experiments={**experiment_sections(name, config, out),
+                     "kv_plan": kv_plan_section(name, config, out, scores)},  # fmt: skip
         ablation_sensitivity=None if config.quick else ablation_sensitivity_section(name, config, out, scores),
     )
 

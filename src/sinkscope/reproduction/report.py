@@ -173,7 +173,7 @@ def write_tables(
     table of `extra` and, when the regime map ran, regime_cells.csv."""
     names = []
     for name in ("geometry", "switch", "switch_heads", "switch_routes", "value_drain", "certificates", "heads", "weights", "ablation", "cost_layers",
-                 "anchors", "eviction", "dense", "prevalence", "switch_assumptions"):
+                 "anchors", "eviction", "dense", "prevalence", "switch_assumptions", "kv_plan"):
         frames = [tables[name].assign(model=model) for model, tables in evidence.items() if name in tables]
         if frames:
             frame = pd.concat(frames, ignore_index=True)
