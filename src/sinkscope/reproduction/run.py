@@ -26,6 +26,8 @@ instead of recomputed, so a rerun only does what is missing or changed, and says
     theory/cost/            closed forms over T and exact programs on orthonormal embeddings
     theory/cost-regimes/    the predicted sink/diagonal cost boundary beside the exact costs (`experiment_sections`)
     MODEL/evict/, dense/, prevalence/, switch-assumptions/   issue 36's experiments (`experiment_sections`)
+    MODEL/kv-plan/          the KV plan of the measures vs random plans at equal memory, per window
+                            (`kv_plan_section`)
     regimes/                bigram-backcopy regime runs (when available)
     regimes-boundary/       the lab trained on both sides of the predicted cost boundary (`experiment_sections`)
     tables/*.csv, verdicts.json, report.md, report.html
