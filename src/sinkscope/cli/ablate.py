@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
+from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, float_list, model_options, output_options
 
 EPILOG = """examples:
   sinkscope ablate --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 64 --out runs/abl
@@ -18,13 +18,6 @@ class:NAME (heads of that class; needs --from-run), heads:L.H,... (explicit head
 same size (--random-draws draws) is always added. Writes OUT/ablation.parquet (one row per head set: selection,
 fraction, n_heads, heads, base_loss, loss, delta_loss, delta_sem, seed), OUT/head_scores.parquet,
 OUT/ablation.json and OUT/figures/ablation_curve.png."""
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
 
 
 def add_parser(subparsers) -> None:
@@ -45,7 +38,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--select", action="append", default=None,
                         help="head selection, repeatable (default: lowest-ahon-ln and highest-hard-sink)")
-    parser.add_argument("--fractions", type=_floats, default=(0.05, 0.1, 0.2),
+    parser.add_argument("--fractions", type=float_list, default=(0.05, 0.1, 0.2),
                         help="fractions of all heads removed (default 0.05,0.1,0.2)")
     parser.add_argument("--mode", choices=("zero", "bos"), default="zero",
                         help="zero: head output 0; bos: head output v_0, all attention on BOS (default zero)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.options import corpus_options, model_options, output_options
+from sinkscope.cli.options import corpus_options, float_list, int_list, model_options, output_options
 from sinkscope.errors import SinkscopeError
 
 EPILOG = """examples:
@@ -16,20 +16,6 @@ EPILOG = """examples:
 writes OUT/cost.parquet (one row per setting: T, d, family, layer, seed, pattern, norm, causal, kappa, delta,
 cost, rank, reduced_dim, solver, status, seconds, closed_form), OUT/fits.csv (exponents of cost ~ T^a),
 OUT/run.json and OUT/figures/{cost_vs_T,ratio,regime_map}.png. Infeasible settings have cost inf."""
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -56,12 +42,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--family", type=_names, default=None,
                         help="comma-separated: orthonormal, gaussian, shared_mean, anti_aligned, low_rank, model "
                         "(default orthonormal,gaussian; model when --model is given)")
-    parser.add_argument("--T", type=_ints, default=(4, 8, 16, 32), help="context lengths (default 4,8,16,32)")
-    parser.add_argument("--d", type=_ints, default=(8, 16, 32, 64),
+    parser.add_argument("--T", type=int_list, default=(4, 8, 16, 32), help="context lengths (default 4,8,16,32)")
+    parser.add_argument("--d", type=int_list, default=(8, 16, 32, 64),
                         help="embedding dimensions of the synthetic families (default 8,16,32,64)")
     margin = parser.add_mutually_exclusive_group()
-    margin.add_argument("--kappa", type=_floats, default=(1.0,), help="logit margins (default 1)")
-    margin.add_argument("--delta", type=_floats, default=(),
+    margin.add_argument("--kappa", type=float_list, default=(1.0,), help="logit margins (default 1)")
+    margin.add_argument("--delta", type=float_list, default=(),
                         help="attention mass allowed off the target; kappa = log(T(1-delta)/delta) per T")
     parser.add_argument("--norm", type=_names, default=("nuclear", "frobenius"),
                         help="nuclear and/or frobenius (default both)")
@@ -72,7 +58,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--rank", type=int, default=4, help="rank r of the low_rank family (default 4)")
     parser.add_argument("--solver", choices=("auto", "clarabel", "scs"), default="auto",
                         help="auto: Clarabel up to T=16, SCS up to T=64, beyond: an error naming the closed form")
-    parser.add_argument("--layer", type=_ints, default=None, help="layers of --model (default every layer)")
+    parser.add_argument("--layer", type=int_list, default=None, help="layers of --model (default every layer)")
     parser.add_argument("--raw", action="store_true", help="use the model's z as is instead of unit-normalising")
     parser.set_defaults(func=run)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.options import OVERWRITE_HELP, output_options
+from sinkscope.cli.options import OVERWRITE_HELP, int_list, output_options
 
 EPILOG = """examples:
   sinkscope cost-regimes --out runs/regimes-cost
@@ -17,13 +17,6 @@ forms, predicted and exact winner), regimes_summary.parquet, cost_regimes.json, 
 report.html; see docs/experiments.md, Cost regimes."""
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
-
-
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "cost-regimes",
@@ -33,11 +26,11 @@ def add_parser(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[output_options("output directory (written atomically)", overwrite=OVERWRITE_HELP)],
     )
-    parser.add_argument("--vs", type=_ints, default=(3, 4, 6, 8, 12), help="vocabulary sizes (default 3,4,6,8,12)")
-    parser.add_argument("--ks", type=_ints, default=(1, 2), help="trigger counts (default 1,2)")
-    parser.add_argument("--ts", type=_ints, default=(4, 8, 12), help="context lengths T (default 4,8,12)")
-    parser.add_argument("--ds", type=_ints, default=(16,), help="widths d (default 16)")
-    parser.add_argument("--ranks", type=_ints, default=(2, 3, 4, 8, 16), help="ranks r (default 2,3,4,8,16)")
+    parser.add_argument("--vs", type=int_list, default=(3, 4, 6, 8, 12), help="vocabulary sizes (default 3,4,6,8,12)")
+    parser.add_argument("--ks", type=int_list, default=(1, 2), help="trigger counts (default 1,2)")
+    parser.add_argument("--ts", type=int_list, default=(4, 8, 12), help="context lengths T (default 4,8,12)")
+    parser.add_argument("--ds", type=int_list, default=(16,), help="widths d (default 16)")
+    parser.add_argument("--ranks", type=int_list, default=(2, 3, 4, 8, 16), help="ranks r (default 2,3,4,8,16)")
     parser.add_argument("--seeds", type=int, default=3, help="draws per (T, d, rank) (default 3)")
     parser.set_defaults(func=run)
 

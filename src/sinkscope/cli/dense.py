@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
+from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, float_list, model_options, output_options
 
 EPILOG = """examples:
   sinkscope dense --model smollm2-135m --corpus builtin:prose --seq-len 64 --max-windows 4 --out runs/dense
@@ -17,13 +17,6 @@ traces b, c predict (monotone, peak with dense smoothing more or less, resists).
 same and the change of next-token loss with a 95 % interval. Writes OUT/dense_heads.parquet, dense_curves.parquet,
 dense_layers.parquet, dense_regimes.parquet, dense.json, figures/dense.png and report.html; see
 docs/experiments.md, Dense attention inside the model."""
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
 
 
 def add_parser(subparsers) -> None:
@@ -41,9 +34,9 @@ def add_parser(subparsers) -> None:
             output_options("output directory (written atomically)", overwrite=OVERWRITE_HELP),
         ],
     )
-    parser.add_argument("--lambdas", type=_floats, default=(0.25, 0.5, 0.75, 1.0),
+    parser.add_argument("--lambdas", type=float_list, default=(0.25, 0.5, 0.75, 1.0),
                         help="weights of uniform attention for the cosine (default 0.25,0.5,0.75,1)")
-    parser.add_argument("--loss-lambdas", type=_floats, default=(1.0,),
+    parser.add_argument("--loss-lambdas", type=float_list, default=(1.0,),
                         help="weights for the per-layer loss passes, one full pass each (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random corpora")
     parser.set_defaults(func=run)

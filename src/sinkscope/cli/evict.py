@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
+from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, int_list, model_options, output_options
 
 EPILOG = """examples:
   sinkscope evict --model smollm2-135m --corpus builtin:prose --seq-len 256 --window 32 --max-windows 16 --out runs/ev
@@ -17,13 +17,6 @@ absolute RoPE positions kept, which equals decoding with an evicting KV cache (S
 positions inside its cache). Writes OUT/eviction.parquet (per window, policy, k), OUT/eviction_summary.parquet
 (Δ loss vs the full cache and vs the window alone with 95 % intervals), OUT/eviction.json, OUT/figures/eviction.png,
 OUT/report.html. See docs/experiments.md, Keep-the-sink."""
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
 
 
 def add_parser(subparsers) -> None:
@@ -43,7 +36,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--window", type=int, default=32, help="recent keys each query keeps, itself included "
                         "(default 32)")  # fmt: skip
-    parser.add_argument("--ks", type=_ints, default=(0, 1, 2, 4), help="kept-set sizes (default 0,1,2,4)")
+    parser.add_argument("--ks", type=int_list, default=(0, 1, 2, 4), help="kept-set sizes (default 0,1,2,4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random corpora")
     parser.set_defaults(func=run)
 

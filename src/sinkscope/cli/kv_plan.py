@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, model_options, output_options
+from sinkscope.cli.options import OVERWRITE_HELP, corpus_options, float_list, model_options, output_options
 
 EPILOG = """examples:
   sinkscope kv-plan --model smollm2-135m --corpus builtin:prose --seq-len 128 --max-windows 4 --share 0.5 \\
@@ -22,13 +22,6 @@ Every KV head is scored for "streamable" (keeps only the first --sink-size keys 
 full; > 0.5 = this plan), OUT/config.json (sink_size, recent_size), OUT/kv_plan_heads.parquet (scores and reason per
 head); with --evaluate also OUT/kv_plan_eval.parquet, OUT/kv_plan_eval_summary.parquet, OUT/kv_plan_oracle.parquet
 and OUT/figures/kv_plan_eval.png. See docs/kv-plans.md."""
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
 
 
 def add_parser(subparsers) -> None:
@@ -54,7 +47,7 @@ def add_parser(subparsers) -> None:
                         "included (default 32)")  # fmt: skip
     parser.add_argument("--rule", default="measures", help="measures (default) or far-mass")
     parser.add_argument("--evaluate", action="store_true", help="also compare plans at equal memory")
-    parser.add_argument("--shares", type=_floats, default=(0.25, 0.5, 0.75), help="shares compared (default "
+    parser.add_argument("--shares", type=float_list, default=(0.25, 0.5, 0.75), help="shares compared (default "
                         "0.25,0.5,0.75)")  # fmt: skip
     parser.add_argument("--draws", type=int, default=20, help="random plans per share (default 20)")
     parser.add_argument("--span", type=int, default=16, help="tokens of the copied span (default 16)")

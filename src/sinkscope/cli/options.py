@@ -243,3 +243,19 @@ def too_long_name(err: OSError, args: argparse.Namespace) -> str | None:
     shown = path if len(path) <= 60 else f"{path[:57]}..."
     return (f"{option}{shown}: a name in this path is {longest} bytes long, more than the file system allows "
             "(commonly 255 per folder or file name); rename it or give a shorter path")
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """A comma-separated list of numbers ("0.1,0.5"; empty items skipped), as an argparse type."""
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers ("8,16,32"; empty items skipped), as an argparse type."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
