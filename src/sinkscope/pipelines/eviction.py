@@ -35,6 +35,7 @@ from torch import Tensor
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.masked_attention import custom_attention, masked_sdpa
 
 NAME = "sinkscope_keep"  # the attention implementation registered with transformers inside `restricted_attention`
 POLICIES = ("full", "recent", "first", "top-mass")
@@ -81,8 +82,6 @@ def keep_mask(seq_len: int, window: int, kept: Tensor) -> Tensor:
 
 def _keep_attention(module, query, key, value, attention_mask, **kwargs):
     """sdpa attention with the model's own mask (causal, sliding window) AND the `restricted_attention` mask."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     keep = _KEEP.get()
     if keep is None:
         raise SinkscopeError("the keep-mask attention ran outside `restricted_attention`")
@@ -90,37 +89,18 @@ def _keep_attention(module, query, key, value, attention_mask, **kwargs):
     if keep.shape[-2:] != (q_len, k_len):
         raise SinkscopeError(f"keep mask of {tuple(keep.shape[-2:])} for attention of {q_len}×{k_len}: the "
                              "restriction is for one forward pass over whole windows, without a cache")  # fmt: skip
-    allowed = keep[:, None]  # (B, 1, T, T)
-    if attention_mask is not None:
-        own = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
-        allowed = allowed & own
-    return sdpa_attention_forward(module, query, key, value, allowed, **kwargs)
-
-
-def _bool_mask(*args, **kwargs):
-    """The model's mask as sdpa builds it, always materialised (never skipped for plain causal attention)."""
-    from transformers.masking_utils import sdpa_mask
-
-    kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(*args, **kwargs)
+    return masked_sdpa(module, query, key, value, attention_mask, keep[:, None], **kwargs)  # keep: (B, 1, T, T)
 
 
 @contextmanager
 def restricted_attention(lm: LoadedModel, keep: Tensor) -> Iterator[None]:
     """Inside the block, every attention layer of `lm` lets query t see key j only where `keep[b, t, j]`
     (Bool[B, T, T], from `keep_mask`); the previous attention implementation comes back in `finally`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(NAME, _keep_attention)
-    AttentionMaskInterface.register(NAME, _bool_mask)
-    previous = lm.model.config._attn_implementation
     token = _KEEP.set(keep)
     try:
-        lm.model.set_attn_implementation(NAME)
-        yield
+        with custom_attention(lm, NAME, _keep_attention):
+            yield
     finally:
-        lm.model.set_attn_implementation(previous)
         _KEEP.reset(token)
 
 

@@ -37,6 +37,7 @@ from torch import Tensor
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.load import LoadedModel
 from sinkscope.pipelines.eviction import Z95, keep_mask
+from sinkscope.pipelines.masked_attention import custom_attention, masked_sdpa
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -81,8 +82,6 @@ def plan_masks(full: np.ndarray, group: int, seq_len: int, sink_size: int, recen
 
 def _plan_attention(module, query, key, value, attention_mask, **kwargs):
     """sdpa attention with the model's own mask AND this layer's per-head plan mask (1, H, T, T)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     masks = _MASKS.get()
     if masks is None or getattr(module, "layer_idx", None) is None:
         raise SinkscopeError("the KV-plan attention ran outside `plan_attention` or on a module without layer_idx")
@@ -90,33 +89,18 @@ def _plan_attention(module, query, key, value, attention_mask, **kwargs):
     if allowed.shape[-2:] != (query.shape[-2], key.shape[-2]):
         raise SinkscopeError(f"plan mask of {tuple(allowed.shape[-2:])} for attention of {query.shape[-2]}×"
                              f"{key.shape[-2]}: the plan is for one forward pass over whole windows")  # fmt: skip
-    if attention_mask is not None:
-        allowed = allowed & (attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0)
-    return sdpa_attention_forward(module, query, key, value, allowed, **kwargs)
-
-
-def _bool_mask(*args, **kwargs):
-    """The model's own mask as sdpa builds it, always materialised, so it can be combined with the plan's."""
-    from transformers.masking_utils import sdpa_mask
-
-    return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False})
+    return masked_sdpa(module, query, key, value, attention_mask, allowed, **kwargs)
 
 
 @contextmanager
 def plan_attention(lm: LoadedModel, masks: Tensor) -> Iterator[None]:
     """Inside the block every attention layer l of `lm` restricts query head h to `masks[l, h]` (Bool[L, H, T, T]);
     the previous attention implementation comes back in `finally`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(NAME, _plan_attention)
-    AttentionMaskInterface.register(NAME, _bool_mask)
-    previous, token = lm.model.config._attn_implementation, _MASKS.set(masks)
+    token = _MASKS.set(masks)
     try:
-        lm.model.set_attn_implementation(NAME)
-        yield
+        with custom_attention(lm, NAME, _plan_attention):
+            yield
     finally:
-        lm.model.set_attn_implementation(previous)
         _MASKS.reset(token)
 
 
