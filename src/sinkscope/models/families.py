@@ -97,8 +97,8 @@ class Family:
 
 
 NO_PRE_NORM = (
-    "its attention reads the residual stream without a norm before it, while the prediction linearises a pre-norm "
-    "(SPEC §5); run without --smoothing"
+    "its attention reads the residual stream without a norm before it, while the oversmoothing prediction "
+    "linearises a pre-norm; run without --smoothing"
 )
 
 
