@@ -44,6 +44,6 @@ def test_quick_reproduction_on_smollm2(tmp_path, capsys):
     started = time.perf_counter()
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["section_seconds"]["smollm2-135m"] == {} and len(summary["reused"]["smollm2-135m"]) == 17
+    assert summary["section_seconds"]["smollm2-135m"] == {} and len(summary["reused"]["smollm2-135m"]) == 18  # with kv-plan/
     assert json.loads((out / "verdicts.json").read_text()) == records
     assert time.perf_counter() - started < 120
