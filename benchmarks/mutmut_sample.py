@@ -4,7 +4,8 @@ unit, and print the kill rate per unit with the surviving mutants.
 mutmut writes every mutant of the configured files into `mutants/` (a copy of src/ with all mutants compiled in,
 switched on one at a time), records once which fast-tier tests call each mutated function, and runs, per mutant,
 only those tests (`-x`: a killed mutant stops at its first failing test). Units are the folders and files the
-issue names (capture/, functional/, statistics/, reproduction/, pipelines/query_ablation.py, pipelines/analysis.py).
+issue names (capture/, functional/, statistics/, reproduction/, synthetic/, pipelines/query_ablation.py,
+pipelines/analysis.py) and single modules (`--units eviction,gate`: pipelines/eviction.py, capture/gate.py).
 
     .venv/bin/python benchmarks/mutmut_sample.py                      # every mutant (hours on 2 cores)
     .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40        # 40 seeded random mutants of each unit
@@ -40,6 +41,13 @@ UNITS = {
     "reproduction": "sinkscope.reproduction.",
     "query_ablation": "sinkscope.pipelines.query_ablation.",
     "analysis": "sinkscope.pipelines.analysis.",
+    # one module each (a unit may lie inside a wider one: its own row samples only its module)
+    **{name: f"sinkscope.pipelines.{name}." for name in (
+        "eviction", "prevalence", "dense_attention", "switch_attribution", "switch_assumptions", "cost_regimes",
+        "kv_plan", "kv_plan_eval", "masked_attention")},
+    **{name: f"sinkscope.capture.{name}." for name in ("gate", "flex_masks", "head_outputs")},
+    **{name: f"sinkscope.statistics.{name}." for name in ("massive_activations", "output_gate")},
+    "synthetic": "sinkscope.synthetic.",
 }
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
           24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", 37: "type check", None: "not checked"}  # fmt: skip
@@ -113,15 +121,10 @@ def stored_results() -> dict[str, int | None]:
     return out
 
 
-def unit_of(name: str) -> str | None:
-    return next((unit for unit, prefix in UNITS.items() if name.startswith(prefix)), None)
-
-
-def summary(results: dict[str, int | None], names: list[str]) -> dict[str, dict]:
-    """Per unit: status counts, kill rate over checked mutants, survivors."""
+def summary(results: dict[str, int | None], drawn: dict[str, list[str]]) -> dict[str, dict]:
+    """Per unit (`{unit: its drawn mutant names}`): status counts, kill rate over checked mutants, survivors."""
     out: dict[str, dict] = {}
-    for unit in UNITS:
-        mine = [n for n in names if unit_of(n) == unit]
+    for unit, mine in drawn.items():
         if not mine:
             continue
         counts = Counter(STATUS.get(results.get(n), "suspicious") for n in mine)
@@ -153,12 +156,13 @@ def main() -> int:
         generate()
     results = stored_results()
     excluded = set(args.exclude.read_text().split()) if args.exclude else set()
-    names = []
+    drawn = {}
     for unit in units:
-        mine = sorted(n for n in results if unit_of(n) == unit and n not in excluded)
+        mine = sorted(n for n in results if n.startswith(UNITS[unit]) and n not in excluded)
         if args.per_unit and len(mine) > args.per_unit:
             mine = sorted(random.Random(f"{args.seed}:{unit}").sample(mine, args.per_unit))
-        names += mine
+        drawn[unit] = mine
+    names = sorted({n for mine in drawn.values() for n in mine})
     start = time.monotonic()
     if not args.report_only:
         env = os.environ | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -171,7 +175,7 @@ def main() -> int:
             process.wait()
             print(f"time box of {args.time_box} s reached: the mutants not checked yet are reported as such")
         results = stored_results()
-    table = summary(results, names)
+    table = summary(results, drawn)
     for unit, row in table.items():
         rate = "n/a" if row["kill_rate"] is None else f"{100 * row['kill_rate']:.1f} %"
         counts = ", ".join(f"{k} {v}" for k, v in row.items() if isinstance(v, int) and k != "mutants")
