@@ -4,12 +4,13 @@ unit, and print the kill rate per unit with the surviving mutants.
 mutmut writes every mutant of the configured files into `mutants/` (a copy of src/ with all mutants compiled in,
 switched on one at a time), records once which fast-tier tests call each mutated function, and runs, per mutant,
 only those tests (`-x`: a killed mutant stops at its first failing test). Units are the folders and files the
-issue names (capture/, functional/, statistics/, reproduction/, synthetic/, pipelines/query_ablation.py,
-pipelines/analysis.py) and single modules (`--units eviction,gate`: pipelines/eviction.py, capture/gate.py).
+issue names (capture/, functional/, statistics/, reproduction/, pipelines/query_ablation.py, pipelines/analysis.py),
+or any one module named by its path under sinkscope/ (`--units reproduction/strata,reproduction/files`).
 
     .venv/bin/python benchmarks/mutmut_sample.py                      # every mutant (hours on 2 cores)
     .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40        # 40 seeded random mutants of each unit
     .venv/bin/python benchmarks/mutmut_sample.py --units functional --per-unit 60 --seed 1
+    .venv/bin/python benchmarks/mutmut_sample.py --units reproduction/verdicts --per-unit 40 --seed 5   # one module
     .venv/bin/python benchmarks/mutmut_sample.py --report-only        # summarise the results mutmut has stored
     .venv/bin/python benchmarks/mutmut_sample.py --per-unit 40 --seed 35 --exclude earlier.txt   # a disjoint draw
 
@@ -41,13 +42,6 @@ UNITS = {
     "reproduction": "sinkscope.reproduction.",
     "query_ablation": "sinkscope.pipelines.query_ablation.",
     "analysis": "sinkscope.pipelines.analysis.",
-    # one module each (a unit may lie inside a wider one: its own row samples only its module)
-    **{name: f"sinkscope.pipelines.{name}." for name in (
-        "eviction", "prevalence", "dense_attention", "switch_attribution", "switch_assumptions", "cost_regimes",
-        "kv_plan", "kv_plan_eval", "masked_attention")},
-    **{name: f"sinkscope.capture.{name}." for name in ("gate", "flex_masks", "head_outputs")},
-    **{name: f"sinkscope.statistics.{name}." for name in ("massive_activations", "output_gate")},
-    "synthetic": "sinkscope.synthetic.",
 }
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
           24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", 37: "type check", None: "not checked"}  # fmt: skip
@@ -121,10 +115,21 @@ def stored_results() -> dict[str, int | None]:
     return out
 
 
-def summary(results: dict[str, int | None], drawn: dict[str, list[str]]) -> dict[str, dict]:
-    """Per unit (`{unit: its drawn mutant names}`): status counts, kill rate over checked mutants, survivors."""
+def prefix(unit: str) -> str:
+    """A unit's mutant-name prefix: from UNITS, or a module path ("reproduction/strata": its dotted name)."""
+    return UNITS.get(unit) or "sinkscope." + unit.removesuffix(".py").replace("/", ".") + "."
+
+
+def unit_of(name: str, units: list[str]) -> str | None:
+    """The unit of `units` whose prefix is the longest that `name` starts with (a module before its folder)."""
+    return max((u for u in units if name.startswith(prefix(u))), key=lambda u: len(prefix(u)), default=None)
+
+
+def summary(results: dict[str, int | None], names: list[str], units: list[str]) -> dict[str, dict]:
+    """Per unit: status counts, kill rate over checked mutants, survivors."""
     out: dict[str, dict] = {}
-    for unit, mine in drawn.items():
+    for unit in units:
+        mine = [n for n in names if unit_of(n, units) == unit]
         if not mine:
             continue
         counts = Counter(STATUS.get(results.get(n), "suspicious") for n in mine)
@@ -138,7 +143,8 @@ def summary(results: dict[str, int | None], drawn: dict[str, list[str]]) -> dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--units", default=",".join(UNITS), help=f"comma-separated, of {', '.join(UNITS)}")
+    parser.add_argument("--units", default=",".join(UNITS),
+                        help=f"comma-separated, of {', '.join(UNITS)} or module paths (reproduction/strata)")
     parser.add_argument("--per-unit", type=int, default=0, help="seeded random mutants per unit (0: every mutant)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--report-only", action="store_true", help="summarise stored results, run nothing")
@@ -150,19 +156,19 @@ def main() -> int:
                         "a sample disjoint from an earlier one")  # fmt: skip
     args = parser.parse_args()
     units = args.units.split(",")
-    if unknown := set(units) - set(UNITS):
-        sys.exit(f"--units: unknown {sorted(unknown)}; choose from {', '.join(UNITS)}")
+    modules = ROOT / "src" / "sinkscope"
+    if unknown := {u for u in units if u not in UNITS and not (modules / f"{u.removesuffix('.py')}.py").is_file()}:
+        sys.exit(f"--units: unknown {sorted(unknown)}; choose from {', '.join(UNITS)} or a module under src/sinkscope/")
     if not list((ROOT / "mutants" / "src").rglob("*.py.meta")):
         generate()
     results = stored_results()
     excluded = set(args.exclude.read_text().split()) if args.exclude else set()
-    drawn = {}
+    names = []
     for unit in units:
-        mine = sorted(n for n in results if n.startswith(UNITS[unit]) and n not in excluded)
+        mine = sorted(n for n in results if unit_of(n, units) == unit and n not in excluded)
         if args.per_unit and len(mine) > args.per_unit:
             mine = sorted(random.Random(f"{args.seed}:{unit}").sample(mine, args.per_unit))
-        drawn[unit] = mine
-    names = sorted({n for mine in drawn.values() for n in mine})
+        names += mine
     start = time.monotonic()
     if not args.report_only:
         env = os.environ | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -175,7 +181,7 @@ def main() -> int:
             process.wait()
             print(f"time box of {args.time_box} s reached: the mutants not checked yet are reported as such")
         results = stored_results()
-    table = summary(results, drawn)
+    table = summary(results, names, units)
     for unit, row in table.items():
         rate = "n/a" if row["kill_rate"] is None else f"{100 * row['kill_rate']:.1f} %"
         counts = ", ".join(f"{k} {v}" for k, v in row.items() if isinstance(v, int) and k != "mutants")
