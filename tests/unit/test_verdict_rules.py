@@ -93,3 +93,55 @@ def test_a_decision_reads_only_declared_effect_fields():
             assert name in str(error)
         else:
             raise AssertionError(f"decide read the undeclared field {name}")
+
+
+def test_a_partly_word_is_shown_with_the_interval_of_the_share_its_rule_reads():
+    """`geometry`'s rules: supported needs both representations' shares of middle layers ≥ 0.8, partly needs the
+    better one ≥ 0.2. z holds in no middle layer (0 in every window), h in every one: the word is `partly`, and
+    the interval beside it is h's [1, 1] (the rule's own), not z's [0, 0] below the partly cut; z's stays on
+    record as `primary`. Counted by hand: 8 windows × 12 layers, middle band (depth ¼ … ¾) = layers 3 … 8."""
+    from sinkscope.reproduction.geometry_claims import geometry_verdict
+
+    W, L, tokens = 8, 12, 10
+    z = np.zeros((W, L))  # no token with cos ≤ 0 against BOS on z
+    h = np.full((W, L), tokens)  # every token on h
+    control = np.zeros((W, L))  # the control token never holds
+    result = geometry_verdict("m", {"z": z, "h": h, "z_control": control, "h_control": control}, tokens)
+    assert result.verdict == P
+    assert result.interval["effect"] == "middle_layers_holding_best"
+    assert (result.interval["estimate"], result.interval["low"], result.interval["high"]) == (1.0, 1.0, 1.0)
+    assert result.interval["primary"] == {"effect": "middle_layers_holding", "estimate": 0.0, "low": 0.0, "high": 0.0}
+
+
+def test_a_supported_word_keeps_the_primary_interval():
+    """Both representations hold in every layer: `supported`, shown with the smaller share's interval (the one
+    `supported` reads), no `primary` entry."""
+    from sinkscope.reproduction.geometry_claims import geometry_verdict
+
+    W, L, tokens = 8, 12, 10
+    full, control = np.full((W, L), tokens), np.zeros((W, L))
+    result = geometry_verdict("m", {"z": full, "h": full, "z_control": control, "h_control": control}, tokens)
+    assert result.verdict == S and result.interval["effect"] == "middle_layers_holding"
+    assert "primary" not in result.interval
+
+
+def test_dense_causal_partly_is_shown_with_the_larger_share():
+    """Δcos > 0 in every layer but in 1 head of 20 (4 layers × 5 heads): head share 0.05, layer share 1 → `partly`
+    (layer share ≥ 0.5), shown with the larger share's interval [1, 1]."""
+    import pandas as pd
+
+    from sinkscope.reproduction.experiment_claims import dense_causal_verdict
+
+    rows = []
+    for window in range(8):
+        for layer in range(4):
+            rows += [(window, layer, -1, 0.0, 0.1), (window, layer, -1, 1.0, 0.5)]
+            for head in range(5):
+                rise = 0.4 if (layer, head) == (0, 0) else -0.2
+                rows += [(window, layer, head, 0.0, 0.3), (window, layer, head, 1.0, 0.3 + rise)]
+    cosines = pd.DataFrame(rows, columns=["window", "layer", "head", "lam", "cos"])
+    result = dense_causal_verdict("m", cosines)
+    assert result.evidence["head_share_smoothing"] == 0.05 and result.evidence["layer_share_smoothing"] == 1.0
+    assert result.verdict == P
+    assert result.interval["effect"] == "best_share_smoothing"
+    assert (result.interval["low"], result.interval["high"]) == (1.0, 1.0)

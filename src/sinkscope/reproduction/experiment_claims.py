@@ -102,7 +102,8 @@ def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict |
 def dense_causal_verdict(model: str, cosines: pd.DataFrame, seed: int = 0) -> Verdict:
     """From per-window cosines (window, layer, head (−1: the layer), lam, cos): per head, Δcos = cos(λ = 1) −
     cos(λ = 0) averaged over the (resampled) windows; effects the share of heads (primary) and of layers with
-    Δcos > `rise_min`. Supported: both ≥ 1 − `counteract_tol`; partly: either ≥ `partly_frac`."""
+    Δcos > `rise_min`. Supported: both ≥ 1 − `counteract_tol`; partly: either ≥ `partly_frac` (the larger share,
+    `best_share_smoothing`, whose interval is then reported)."""
     wide = cosines.pivot_table(index="window", columns=["layer", "head", "lam"], values="cos", aggfunc="first")
     delta = wide.xs(1.0, axis=1, level="lam") - wide.xs(0.0, axis=1, level="lam")  # (W, units)
     is_layer = delta.columns.get_level_values("head").to_numpy() < 0
@@ -113,8 +114,9 @@ def dense_causal_verdict(model: str, cosines: pd.DataFrame, seed: int = 0) -> Ve
 
     def effects(u, th):
         heads, layers = u["heads"].mean(0), u["layers"].mean(0)
-        return {"head_share_smoothing": float((heads > th["rise_min"]).mean()),
-                "layer_share_smoothing": float((layers > th["rise_min"]).mean()),
+        shares = float((heads > th["rise_min"]).mean()), float((layers > th["rise_min"]).mean())
+        return {"head_share_smoothing": shares[0], "layer_share_smoothing": shares[1],
+                "best_share_smoothing": max(shares),
                 "median_dcos_head": float(np.median(heads)), "median_dcos_layer": float(np.median(layers))}  # fmt: skip
 
     def decide(e, th):
@@ -126,7 +128,8 @@ def dense_causal_verdict(model: str, cosines: pd.DataFrame, seed: int = 0) -> Ve
     extra = {"n_heads": n_heads, "n_layers": int(units["layers"].shape[1])}
     return judge("dense_causal", model, units, effects, decide, DENSE_CAUSAL, over="windows", min_units=MIN_WINDOWS,
                  fractions=("counteract_tol", "partly_frac"), evidence=extra, seed=seed, fixed=DENSE_FIXED,
-                 decides_on=("head_share_smoothing", "layer_share_smoothing"))  # fmt: skip
+                 decides_on=("head_share_smoothing", "layer_share_smoothing"),
+                 interval_for={PARTLY: "best_share_smoothing"})  # fmt: skip
 
 
 def prevalence_verdict(model: str, classes: pd.DataFrame, seed: int = 0) -> Verdict:

@@ -31,7 +31,7 @@ def geometry_verdict(model: str, counts: Mapping[str, np.ndarray], tokens: int, 
     against `tokens - 1` others). A layer holds when BOS's pooled fraction is ≥ 1 − `positive_token_tol` and
     the control's is not. Effect: the share of middle layers (depth `middle_margin` … 1 − `middle_margin`)
     holding, the smaller of z and h. Supported: ≥ 1 − `failing_layer_tol`; partly: z or h ≥ `partly_layer_frac`.
-    Interval over windows."""
+    Interval over windows: of the smaller share, and with `partly` of the larger one (the share that rule reads)."""
     units = {name: np.asarray(value, float) for name, value in counts.items()}
     reps = [rep for rep in ("z", "h") if rep in units]
     if not reps or units[reps[0]].ndim != 2:
@@ -59,7 +59,8 @@ def geometry_verdict(model: str, counts: Mapping[str, np.ndarray], tokens: int, 
 
     return judge("geometry", model, units, effects, decide, GEOMETRY, over="windows", min_units=MIN_WINDOWS,
                  seed=seed, fractions=tuple(GEOMETRY), evidence={"representations": reps},
-                 decides_on=("middle_layers_holding", "middle_layers_holding_best"))  # fmt: skip
+                 decides_on=("middle_layers_holding", "middle_layers_holding_best"),
+                 interval_for={PARTLY: "middle_layers_holding_best"})  # fmt: skip
 
 
 REPRESENTABILITY = {"failing_layer_tol": 0.2, "partly_layer_frac": 0.2, "beaten_control_frac": 0.95,
@@ -75,8 +76,8 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
     `partly_beaten_frac` of them (BOS above the controls' median). Supported: ≥ 1 − `failing_layer_tol` of the
     layers are beyond; partly: ≥ `partly_layer_frac` of them are ahead; else not supported (a BOS below its
     controls reads `not supported` however many layers hold H1 and H2, which random tokens pass too).
-    Interval over layers. Needs more tokens than the `width`, ≥ `MIN_CONTROLS` controls and ≥ `MIN_LAYERS`
-    layers. The sensitivity halves the controls (the first half) and, given the depth `n_layers`, narrows the
+    Interval over layers: of the layers beyond, and with `partly` of the layers ahead. Needs more tokens than the
+    `width`, ≥ `MIN_CONTROLS` controls and ≥ `MIN_LAYERS` layers. The sensitivity halves the controls (the first half) and, given the depth `n_layers`, narrows the
     middle band (`middle_margin`); doubling the controls or widening the band needs another certificate pass."""
     layers = list(layers)
     if not layers:
@@ -127,4 +128,5 @@ def representability_verdict(model: str, layers: Sequence[Mapping], width: int, 
                  "gamma2_rel_control_max": units["controls"].max(1).tolist()}  # fmt: skip
     return judge("representability", model, units, effects, decide, thresholds, over="middle layers",
                  min_units=MIN_LAYERS, fractions=(*REPRESENTABILITY, "middle_margin"), fixed=fixed, seed=seed,
-                 evidence=evidence, decides_on=("layers_beyond_control", "layers_ahead_of_control"))  # fmt: skip
+                 evidence=evidence, decides_on=("layers_beyond_control", "layers_ahead_of_control"),
+                 interval_for={PARTLY: "layers_ahead_of_control"})  # fmt: skip

@@ -11,7 +11,8 @@ deciding threshold changes it.
    passed to it.
 3. **Interval.** The effects are recomputed on `n_boot` bootstrap resamples of the units they are measured on
    (windows; windows × draws jointly for ablations; heads *within layers* for per-head claims), giving a 95 %
-   percentile interval of the primary effect and a verdict per resample. A resample whose effect does not
+   percentile interval of the primary effect (of the effect a word's own rule reads, where a claim's `partly` rule
+   reads another one: `interval_for`) and a verdict per resample. A resample whose effect does not
    exist (its control fails) counts as a failed resample, not a missing one. Then, in order:
    a. more than 2.5 % failed resamples → `not measurable here` (the control fails too often);
    b. when the 2.5 % and 97.5 % quantiles of the resampled verdicts span `supported` … `not supported` the data
@@ -225,6 +226,7 @@ def judge(
     seed: int = 0,
     n_boot: int = N_BOOT,
     decides_on: tuple[str, ...] | None = None,
+    interval_for: Mapping[str, str] | None = None,
 ) -> Verdict:
     """The verdict of one claim by the steps of this module.
 
@@ -265,6 +267,12 @@ def judge(
     verdict, reason = capped(point_verdict, [decide(deciding(e, decides_on), thresholds) for e in resampled_effects])
     sensitivity = threshold_sensitivity(units, effects, decide, thresholds, fractions, fixed, decides_on)
     verdict, reason = sensitive_verdict(verdict, reason, point_verdict, sensitivity)
+    shown = (interval_for or {}).get(verdict, name)
+    if shown != name:
+        estimate = point.get(shown, math.nan)
+        low, high = percentile_interval(np.array([e.get(shown, math.nan) for e in resampled_effects]), estimate)
+        primary = {key: interval[key] for key in ("effect", "estimate", "low", "high")}
+        interval |= {"effect": shown, "estimate": estimate, "low": low, "high": high, "primary": primary}
     return Verdict(claim, model, verdict, record, thresholds, reason, interval=interval, sensitivity=sensitivity)
 
 
