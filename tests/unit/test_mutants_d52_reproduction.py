@@ -104,7 +104,7 @@ def test_walk_prints_and_keeps_each_computed_sections_clock_difference(tmp_path,
     computed = []
     sections = [types.SimpleNamespace(label=label, directory=tmp_path / label, key={"k": label},
                                       compute=lambda lm, d: (d.mkdir(), computed.append(d.name)),
-                                      load=lambda d: d.name) for label in ("one", "two")]  # fmt: skip
+                                      load=lambda d: d.name, work=0.0) for label in ("one", "two")]  # fmt: skip
     clock = _Clock(50.0, 57.6, 100.0, 100.4)
     monkeypatch.setattr(plan, "time", clock)
     walked = plan.walk("m", sections, lambda: "lm")

@@ -27,7 +27,15 @@ import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.files import is_fresh, log, swapped_directory, write_key
-from sinkscope.reproduction.sections import Section, inputs, model_directory, read_arrays, read_table
+from sinkscope.reproduction.sections import (
+    CAPTURE_PASSES,
+    Section,
+    forward_tokens,
+    inputs,
+    model_directory,
+    read_arrays,
+    read_table,
+)
 
 if TYPE_CHECKING:
     from sinkscope.models.load import LoadedModel
@@ -87,7 +95,7 @@ def eviction_section(name: str, config: ReproduceConfig, out: Path) -> Section:
 
     label = f"keep-the-sink eviction (T={T}, w={window}, {c.ablation_windows} windows)"
     return Section(label, model_directory(out, name) / "evict", key, compute,
-                   partial(read_arrays, name="eviction.npz"))  # fmt: skip
+                   partial(read_arrays, name="eviction.npz"), forward_tokens(4, c.ablation_windows, T))  # fmt: skip
 
 
 def dense_section(name: str, config: ReproduceConfig, out: Path) -> Section:
@@ -110,9 +118,15 @@ def dense_section(name: str, config: ReproduceConfig, out: Path) -> Section:
         with swapped_directory(target) as staging:
             frame.to_parquet(staging / "dense_cosines.parquet", index=False)
 
+    def work(lm: LoadedModel) -> float:
+        """A clean pass, then per chosen layer H + 2 re-runs of that layer alone (its own, each head, all heads)."""
+        L = len(lm.layers)
+        return forward_tokens(1 + len(range(0, L, stride)) * (lm.layout.n_heads + 2) / L, c.ablation_windows,
+                              c.seq_len)  # fmt: skip
+
     label = f"uniform attention per head and layer ({c.ablation_windows} windows)"
     return Section(label, model_directory(out, name) / "dense", key, compute,
-                   partial(read_table, name="dense_cosines.parquet"))  # fmt: skip
+                   partial(read_table, name="dense_cosines.parquet"), work)  # fmt: skip
 
 
 def prevalence_section(name: str, config: ReproduceConfig, out: Path) -> Section:
@@ -133,7 +147,8 @@ def prevalence_section(name: str, config: ReproduceConfig, out: Path) -> Section
 
     label = f"head classes per window ({n_windows} windows)"
     return Section(label, model_directory(out, name) / "prevalence", key, compute,
-                   partial(read_table, name="prevalence_windows.parquet"))  # fmt: skip
+                   partial(read_table, name="prevalence_windows.parquet"),
+                   forward_tokens(CAPTURE_PASSES, n_windows, c.seq_len))  # fmt: skip
 
 
 def _layer_capture(lm: LoadedModel, ids, modules: dict) -> tuple[dict, dict, dict, dict]:
@@ -224,7 +239,8 @@ def assumptions_section(name: str, config: ReproduceConfig, out: Path) -> Sectio
 
     label = f"switch assumptions per layer and window ({n_windows} windows)"
     return Section(label, model_directory(out, name) / "switch-assumptions", key, compute,
-                   partial(read_arrays, name="assumptions.npz"))  # fmt: skip
+                   partial(read_arrays, name="assumptions.npz"),
+                   forward_tokens(CAPTURE_PASSES, n_windows, c.seq_len))  # fmt: skip
 
 
 def experiment_sections(name: str, config: ReproduceConfig, out: Path) -> dict[str, Section]:

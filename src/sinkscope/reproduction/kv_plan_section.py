@@ -21,7 +21,7 @@ import numpy as np
 
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.files import swapped_directory
-from sinkscope.reproduction.sections import Section, inputs, model_directory, read_arrays
+from sinkscope.reproduction.sections import Section, forward_tokens, inputs, model_directory, read_arrays
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,4 +103,6 @@ def kv_plan_section(name: str, config: ReproduceConfig, out: Path, scores: Secti
 
     label = (f"KV plan of the measures vs {c.random_draws} random plans (share {SHARE:g}, sink {SINK_SIZE} + recent "
              f"{RECENT_SIZE}, T={T}, {c.ablation_windows} windows; {c.random_draws + 2} passes)")  # fmt: skip
-    return Section(label, model_directory(out, name) / "kv-plan", key, compute, partial(read_arrays, name="kv_plan.npz"))
+    work = forward_tokens(c.random_draws + 2, c.ablation_windows, T)
+    return Section(label, model_directory(out, name) / "kv-plan", key, compute, partial(read_arrays, name="kv_plan.npz"),
+                   work)  # fmt: skip

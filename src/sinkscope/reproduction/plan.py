@@ -151,6 +151,30 @@ def model_plan(name: str, config: ReproduceConfig, out: Path) -> ModelPlan:
 
 
 @dataclass
+class Pace:
+    """The rate this walk measured: the `Section.work` of the sections it computed over their seconds, summed
+    (forward-pass tokens per second, so a busy or a fast machine is read off the run itself), and from it the
+    expected time of the next section, its work / rate."""
+
+    work: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, work: float, seconds: float) -> None:
+        """Count one computed section (one of no work or no measurable time tells nothing of the rate)."""
+        if work > 0 and seconds > 0:
+            self.work, self.seconds = self.work + work, self.seconds + seconds
+
+    def expected(self, work: float) -> str:
+        """' (about 4 min)' for a section of `work`, or '' before any rate is measured or for a section of no
+        work."""
+        from sinkscope.pipelines.time_estimate import duration
+
+        if work <= 0 or self.work <= 0:
+            return ""
+        return f" (about {duration(work * self.seconds / self.work)})"
+
+
+@dataclass
 class Walked:
     """What one walk did: each section read back (by directory), the seconds of those it computed (by label,
     in order), and the labels of those it reused."""
@@ -163,20 +187,23 @@ class Walked:
 def walk(name: str, sections: list[Section], open_model: Callable[[], LoadedModel]) -> Walked:
     """Reuse each section whose directory holds its key, else compute it (`compute` writes the directory whole,
     then the key is stamped), and read each back. `open_model` is called once, before the first computed
-    section, and never when every section is reused."""
-    walked, lm = Walked(), None
+    section, and never when every section is reused. Each computed section's line says its expected time once a
+    rate is measured (`Pace`: from the sections computed before it)."""
+    walked, lm, pace = Walked(), None, Pace()
     for section in sections:
         if is_fresh(section.directory, section.key):
             log(f"{name}: {section.label}: reusing {section.directory}")
             walked.reused.append(section.label)
         else:
-            log(f"{name}: {section.label}: computing")
             started = time.perf_counter()
             if lm is None:
                 lm = open_model()
+            work = section.work(lm) if callable(section.work) else section.work
+            log(f"{name}: {section.label}: computing{pace.expected(work)}")
             section.compute(lm, section.directory)
             write_key(section.directory, section.key)
             walked.seconds[section.label] = seconds = time.perf_counter() - started
+            pace.add(work, seconds)
             log(f"{name}: {section.label}: done in {seconds:.0f} s")
         walked.read[section.directory] = section.load(section.directory)
     return walked

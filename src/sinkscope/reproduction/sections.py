@@ -37,13 +37,29 @@ _PLAIN = re.compile(r"[a-z0-9]+")  # the names of the built-in corpora
 class Section:
     """One measurement of one model: `compute(lm, directory)` writes `directory` whole, `load(directory)` reads it
     back; `key` (the settings it depends on) is stamped into the directory after it is written (`files.write_key`),
-    so that a later run with the same key reads the directory instead of computing it again."""
+    so that a later run with the same key reads the directory instead of computing it again. `work` is its size
+    in forward-pass tokens (`forward_tokens`; a function of the loaded model where the model's shape decides it),
+    from which `plan.walk` says its expected time; 0: not said (a
+    section whose time is not its forward passes: convex programs, weight spectra). It is not part of the key."""
 
     label: str  # the name in log lines, `section_seconds` and `reused`
     directory: Path
     key: dict
     compute: Callable[[LoadedModel, Path], None]
     load: Callable[[Path], Any]
+    work: float | Callable[[LoadedModel], float] = 0.0
+
+
+# A pass that captures (analyze's statistics and oversmoothing columns, the switch and evidence passes) counted as
+# this many plain forward passes of its tokens: a rough figure, the time estimate's only constant (the rate itself
+# is measured in the run, so a wrong figure skews the estimates by at most this factor).
+CAPTURE_PASSES = 3.0
+
+
+def forward_tokens(passes: float, windows: int, seq_len: int) -> float:
+    """A section's size: `passes` forward passes over `windows` windows of `seq_len` tokens, in tokens (the unit
+    `plan.walk` measures its rate in)."""
+    return float(passes * windows * seq_len)
 
 
 def slug(text: str) -> str:
@@ -112,7 +128,8 @@ def analysis_section(name: str, config: ReproduceConfig, out: Path, corpus: str,
         return Run.load(directory)
 
     label = f"analyze {corpus}{' + smoothing' if smoothing else ''} ({n_windows} windows, T={c.seq_len})"
-    return Section(label, model_directory(out, name) / f"analyze-{slug(corpus)}", key, compute, load)
+    work = forward_tokens(CAPTURE_PASSES, n_windows, c.seq_len)
+    return Section(label, model_directory(out, name) / f"analyze-{slug(corpus)}", key, compute, load, work)
 
 
 def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Section, mode: str) -> Section:
@@ -149,7 +166,9 @@ def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Sect
 
     label = f"ablate{'' if mode == 'zero' else f' ({mode})'} {c.ablation_fraction:g} of heads ({c.ablation_windows} windows)"
     directory = model_directory(out, name) / ("ablate" if mode == "zero" else f"ablate-{mode}")
-    return Section(label, directory, key, compute, partial(read_table, name="ablation.parquet"))
+    passes = 1 + len(selections) + draws + (c.random_draws if mode == "zero" else 0)  # clean, chosen, controls
+    work = forward_tokens(passes, c.ablation_windows, c.seq_len)
+    return Section(label, directory, key, compute, partial(read_table, name="ablation.parquet"), work)
 
 
 def sink_query_section(name: str, config: ReproduceConfig, out: Path, scores: Section) -> Section:
@@ -175,7 +194,8 @@ def sink_query_section(name: str, config: ReproduceConfig, out: Path, scores: Se
 
     label = f"ablate {c.ablation_fraction:g} of heads on their sink queries ({c.ablation_windows} windows)"
     directory = model_directory(out, name) / "sink-queries"
-    return Section(label, directory, key, compute, partial(read_arrays, name="sink_queries.npz"))
+    work = forward_tokens(3 + 2 * c.random_draws, c.ablation_windows, c.seq_len)  # clean, eager, chosen, controls
+    return Section(label, directory, key, compute, partial(read_arrays, name="sink_queries.npz"), work)
 
 
 def ablation_sensitivity_section(name: str, config: ReproduceConfig, out: Path, scores: Section) -> Section:
@@ -204,7 +224,9 @@ def ablation_sensitivity_section(name: str, config: ReproduceConfig, out: Path, 
     label = (f"ablations at head fraction and sink-query δ × ½, × 2 ({c.sensitivity_draws} draws per control, "
              f"{c.ablation_windows} windows)")  # fmt: skip
     directory = model_directory(out, name) / "ablate-sensitivity"
-    return Section(label, directory, key, compute, partial(read_arrays, name="variants.npz"))
+    passes = 2 + 6 * (1 + 2 * c.sensitivity_draws)  # clean and eager once; 6 variants × (chosen, 2 controls)
+    work = forward_tokens(passes, c.ablation_windows, c.seq_len)
+    return Section(label, directory, key, compute, partial(read_arrays, name="variants.npz"), work)
 
 
 def switch_section(name: str, config: ReproduceConfig, out: Path, corpus: str) -> Section:
@@ -225,7 +247,8 @@ def switch_section(name: str, config: ReproduceConfig, out: Path, corpus: str) -
 
     label = f"switch curves and routes {corpus} ({c.windows} windows)"
     directory = model_directory(out, name) / f"switch-{slug(corpus)}"
-    return Section(label, directory, key, compute, partial(read_arrays, name="switch.npz"))
+    work = forward_tokens(CAPTURE_PASSES, c.windows, c.seq_len)
+    return Section(label, directory, key, compute, partial(read_arrays, name="switch.npz"), work)
 
 
 def evidence_section(name: str, config: ReproduceConfig, out: Path, corpus: str,
@@ -248,7 +271,8 @@ def evidence_section(name: str, config: ReproduceConfig, out: Path, corpus: str,
 
     label = f"per-window evidence {corpus} ({n_windows} windows, {len(delta_scales)} pass(es))"
     directory = model_directory(out, name) / f"evidence-{slug(corpus)}"
-    return Section(label, directory, key, compute, partial(read_arrays, name="evidence.npz"))
+    work = forward_tokens(CAPTURE_PASSES * len(delta_scales), n_windows, c.seq_len)
+    return Section(label, directory, key, compute, partial(read_arrays, name="evidence.npz"), work)
 
 
 def certificates_section(name: str, config: ReproduceConfig, out: Path) -> Section:
