@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import family_for
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines import switch_assumptions
 from sinkscope.pipelines.switch_assumptions import (
     CATEGORIES,
     SwitchConfig,
@@ -156,3 +158,28 @@ def test_switch_masks_by_hand():
     assert scale[0, 1].tolist() == pytest.approx([0.0, 2.5, 2.0])  # mean of the norms of keys j ≤ t
     # ||o_1|| = 0.1·5 = 0.5 ≤ 0.2·2.5; ||o_2|| = |(0.9 + 0.5, 1.2)| ≈ 1.84 > 0.4; ||o_0|| = 0 ≤ 0
     assert off[0, 1].tolist() == [True, True, False] and sink[0, 0].tolist() == [True, True, False]
+
+
+def test_layer_and_category_tables_of_hand_made_cells(monkeypatch):
+    cells = pd.DataFrame({"window": [0, 0, 1, 1], "layer": [0, 1, 0, 1], "context_rank": [3, 2, 3, 3],
+                          "n_contexts": [3] * 4, "span_distance": [0.5, 0.1, 0.3, 0.2],
+                          "value_rank_min": [3, 1, 2, 3], "values_independent": [True, False, False, True],
+                          "holds": [True, False, False, True], "switched": [2, 1, 0, 0],
+                          "switched_sink": [1, 0, 0, 0], "sink": [3, 0, 1, 1], "queries": [12] * 4})  # fmt: skip
+    offenders = pd.DataFrame([{"window": 0, "layer": 1, "head": 0, "t": 2, "token": 5, "a0": 0.1, "a_self": 0.8,
+                               "top_key": 1, "top_mass": 0.1, "top_value_ratio": 0.5, "self_value_ratio": 0.1,
+                               "category": "self, small value"}])  # fmt: skip
+    monkeypatch.setattr(switch_assumptions, "measure", lambda lm, windows, config: (cells, offenders))
+    result = run_switch_assumptions(SimpleNamespace(identity={}), [], SwitchConfig(bootstrap=10))
+    layers = result["layers"].set_index("layer")
+    assert layers["holds_frac"].tolist() == [0.5, 0.5] and layers["rank_median"].tolist() == [3, 2.5]
+    assert layers["value_rank_median"].tolist() == [2.5, 2] and layers["span_distance_min"].tolist() == [0.3, 0.1]
+    assert layers["span_distance_median"].tolist() == pytest.approx([0.4, 0.15])
+    assert layers["agreement"].tolist() == [0.5, 0.0]  # one switched query, not a sink: 0 of 1, not missing
+    assert result["categories"]["queries"].tolist() == [0, 1, 0, 0]
+    assert result["categories"]["share"].tolist() == [0.0, 1.0, 0.0, 0.0]  # the one listed query is 100 %
+    assert result["meta"]["corpus"] == {}
+    monkeypatch.setattr(switch_assumptions, "measure", lambda lm, windows, config: (cells.assign(switched=0,
+                        switched_sink=0), offenders.iloc[:0]))  # fmt: skip
+    empty = run_switch_assumptions(SimpleNamespace(identity={}), [], SwitchConfig(bootstrap=10))
+    assert empty["layers"]["agreement"].isna().all() and empty["categories"]["share"].tolist() == [0.0] * 4
