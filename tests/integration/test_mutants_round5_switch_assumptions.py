@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -141,7 +142,9 @@ def test_conditioned_by_hand_with_its_bootstrap_as_a_loop():
         boot = sorted(sum(k[w] for w in draw) / sum(s[w] for w in draw) for draw in draws if sum(s[w] for w in draw))
         assert (got["agreement_lo"], got["agreement_hi"]) == pytest.approx((np.quantile(boot, 0.025),
                                                                            np.quantile(boot, 0.975)))
-    none = conditioned(cells.assign(switched=0, switched_sink=0), config).set_index("cells")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing switched off: NaN without computing 0/0
+        none = conditioned(cells.assign(switched=0, switched_sink=0), config).set_index("cells")
     assert none[["agreement", "agreement_lo", "agreement_hi"]].isna().all().all()
 
 

@@ -18,7 +18,8 @@ import pytest
 from sinkscope.errors import SinkscopeError
 from sinkscope.pipelines.cost_regimes import RegimeConfig, run_cost_regimes, save_cost_regimes, winner
 
-CONFIG = RegimeConfig(Vs=(2, 4), Ks=(1, 3), Ts=(3, 5), ds=(4,), ranks=(2, 4, 5), seeds=2)
+CONFIG = RegimeConfig(Vs=(2, 4), Ks=(3, 1),  # V = 2 skips K = 3, then takes K = 1
+                      Ts=(3, 5), ds=(4,), ranks=(2, 4, 5), seeds=2)
 
 
 def _hand_winner(sink: float, diagonal: float) -> str:
@@ -60,8 +61,8 @@ def test_geometry_rows_against_the_closed_forms(result):
 def test_vocabulary_rows_and_summary_by_hand(result):
     vocabulary = result["vocabulary"]
     assert [(r.V, r.K, r.N, r.norm) for r in vocabulary.itertuples()] == [
-        (2, 1, 1, "nuclear"), (2, 1, 1, "frobenius"), (4, 1, 3, "nuclear"), (4, 1, 3, "frobenius"),
-        (4, 3, 1, "nuclear"), (4, 3, 1, "frobenius")]  # fmt: skip
+        (2, 1, 1, "nuclear"), (2, 1, 1, "frobenius"), (4, 3, 1, "nuclear"), (4, 3, 1, "frobenius"),
+        (4, 1, 3, "nuclear"), (4, 1, 3, "frobenius")]  # fmt: skip
     for row in vocabulary.itertuples():
         assert row.cheaper_closed == _hand_winner(row.sink_closed, row.diagonal_closed)
         assert row.cheaper_exact == _hand_winner(row.sink_exact, row.diagonal_exact)
@@ -121,7 +122,7 @@ def test_winner_at_its_tolerance():
 
 def test_saved_files(result, tmp_path):
     meta = result["meta"]
-    assert meta["config"] == {"Vs": (2, 4), "Ks": (1, 3), "Ts": (3, 5), "ds": (4,), "ranks": (2, 4, 5), "seeds": 2,
+    assert meta["config"] == {"Vs": (2, 4), "Ks": (3, 1), "Ts": (3, 5), "ds": (4,), "ranks": (2, 4, 5), "seeds": 2,
                               "kappa": 1.0}  # fmt: skip
     assert 0 < meta["timings"]["seconds"] <= result["elapsed"]
     out = save_cost_regimes(tmp_path / "cr", result)
@@ -132,7 +133,7 @@ def test_saved_files(result, tmp_path):
     page = html.unescape((out / "report.html").read_text())
     table = page.split("<table>")[1].split("</table>")[0]
     assert dict(re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", table)) == {
-        "Vs": "2, 4", "Ks": "1, 3", "Ts": "3, 5", "ds": "4", "ranks": "2, 4, 5", "seeds": "2", "kappa": "1.0",
+        "Vs": "2, 4", "Ks": "3, 1", "Ts": "3, 5", "ds": "4", "ranks": "2, 4, 5", "seeds": "2", "kappa": "1.0",
         "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
     assert "<title>sinkscope cost-regimes</title>" in page and "Sink vs diagonal cost regimes" in page
     assert "Where the sink and where the diagonal pattern is the cheaper W_QK: the bigram-backcopy task" in page
