@@ -4,7 +4,8 @@ unit, and print the kill rate per unit with the surviving mutants.
 mutmut writes every mutant of the configured files into `mutants/` (a copy of src/ with all mutants compiled in,
 switched on one at a time), records once which fast-tier tests call each mutated function, and runs, per mutant,
 only those tests (`-x`: a killed mutant stops at its first failing test). Units are the folders and files the
-issue names (capture/, functional/, statistics/, reproduction/, pipelines/query_ablation.py, pipelines/analysis.py),
+issue names (capture/, functional/, statistics/, reproduction/, synthetic/, pipelines/query_ablation.py,
+pipelines/analysis.py),
 or any one module named by its path under sinkscope/ (`--units reproduction/strata,reproduction/files`).
 
     .venv/bin/python benchmarks/mutmut_sample.py                      # every mutant (hours on 2 cores)
@@ -42,6 +43,7 @@ UNITS = {
     "reproduction": "sinkscope.reproduction.",
     "query_ablation": "sinkscope.pipelines.query_ablation.",
     "analysis": "sinkscope.pipelines.analysis.",
+    "synthetic": "sinkscope.synthetic.",
 }
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
           24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", 37: "type check", None: "not checked"}  # fmt: skip
