@@ -102,3 +102,22 @@ def test_switched_off_categories_at_their_half_cuts(a0, a_self, top, expected):
     `top_mass > 0.5`."""
     assert categorize(a0, a_self, top) == expected
 
+
+
+def test_emergence_needs_a_score_strictly_above_its_threshold():
+    """Steps 0, 10, 20, 30 (given out of order). Head (0, 0): sink 0.3, 0.5, 0.3, 0.31 at ε = 0.3 — a score equal to ε
+    is not above it, so the sink emerges at 30; head (0, 1): 0.31 … 0.3 ends at ε: no row; head (0, 2): diagonal
+    0.5, 0.51, 0.6, 0.7 at 0.5 emerges at 10; head (0, 3): sink from the first step. Killed by
+    `part[column] > thresholds[field]` → `part[column] >= thresholds[field]` and by dropping `.sort_values("step")`."""
+    from sinkscope.pipelines.trajectory import emergence
+
+    scores = {0: ([0.3, 0.5, 0.3, 0.31], [0.0] * 4), 1: ([0.31, 0.4, 0.5, 0.3], [0.0] * 4),
+              2: ([0.0] * 4, [0.5, 0.51, 0.6, 0.7]), 3: ([0.4, 0.35, 0.32, 0.9], [0.1] * 4)}  # fmt: skip
+    table = pd.DataFrame([{"step": step, "layer": 0, "head": head, "sink_score": sink[i], "diag_score": diag[i]}
+                          for head, (sink, diag) in scores.items()
+                          for i, step in reversed(list(enumerate([0, 10, 20, 30])))])  # fmt: skip
+    dated = emergence(table, epsilon=0.3, diagonal=0.5).set_index(["head", "pattern"])
+    assert dated["emergence_step"].to_dict() == {(0, "sink"): 30, (2, "diagonal"): 10, (3, "sink"): 0}
+    assert dated["from_first"].to_dict() == {(0, "sink"): False, (2, "diagonal"): False, (3, "sink"): True}
+    assert dated["final_score"].to_dict() == pytest.approx({(0, "sink"): 0.31, (2, "diagonal"): 0.7,
+                                                            (3, "sink"): 0.9})  # fmt: skip
