@@ -109,3 +109,26 @@ def test_a_section_with_four_damaged_files_names_the_first_three(tmp_path, capsy
     assert _line(capsys.readouterr().err) == (
         f"{tmp_path}: stored files are missing or changed since they were written (a.csv, b.csv, c.csv): computing "
         "the section again")
+
+
+def test_an_exact_verdict_keeps_what_the_measurement_fixed_and_never_shows_decide_an_undeclared_field():
+    # an exact test (no units): x = 0.6 against cut = 0.5 is supported; doubling cut (1.0) would not be, but the
+    # measurement fixed cut × 2, so that record is not varied and the verdict stays supported. decide may read only
+    # the declared field x, never the p-value beside it: at the point and at every varied threshold
+    def effects(units, th):
+        assert units == {}
+        return {"x": 0.6, "p": 0.01}
+
+    def decide(e, th):
+        assert set(e) == {"x"}, e
+        return "supported" if e["x"] >= th["cut"] else "not supported"
+
+    result = verdicts.judge("c", "m", {}, effects, decide, {"cut": 0.5, "other": 2.0}, over="closed form",
+                            fixed={"cut×2": "only one cut was measured"}, evidence={"n": 3}, decides_on=("x",))
+    assert result == verdicts.Verdict(
+        "c", "m", "supported", {"n": 3, "x": 0.6, "p": 0.01, "interval_note": "closed form"},
+        {"cut": 0.5, "other": 2.0}, "", sensitivity=[
+            {"threshold": "cut", "scale": 0.5, "value": 0.25, "verdict": "supported"},
+            {"threshold": "cut", "scale": 2.0, "value": 1.0, "verdict": None, "not_varied": "only one cut was measured"},
+            {"threshold": "other", "scale": 0.5, "value": 1.0, "verdict": "supported"},
+            {"threshold": "other", "scale": 2.0, "value": 4.0, "verdict": "supported"}])
