@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from sinkscope.capture.head_ablation import MODES, Head, head_ablation
@@ -31,24 +30,12 @@ from sinkscope.pipelines.head_selection import (
     parse_heads,
     scores_from_run,
 )
+from sinkscope.pipelines.loss_passes import CleanPass, clean_pass, first_edited_layer, replayed_losses
+from sinkscope.pipelines.loss_passes import (
+    window_losses as window_losses,  # the other ablations import it here
+)
 from sinkscope.report.plots import no_mathtext
 from sinkscope.staging import check_replaceable
-
-
-@torch.no_grad()
-def window_losses(lm: LoadedModel, batches: Sequence[Tensor]) -> np.ndarray:
-    """Mean next-token cross-entropy (nats) of each window, shape (n_windows,).
-
-    batches: LongTensor[B, T] token ids; position t's logits predict token t+1, so T-1 targets per window.
-    Runs the full causal LM (`lm.model`) with whatever hooks are active.
-    """
-    losses = []
-    for ids in batches:
-        ids = ids.to(lm.device)
-        logits = lm.model(input_ids=ids, use_cache=False).logits  # (B, T, V)
-        ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
-        losses.append(ce.view(ids.shape[0], -1).mean(1).cpu())
-    return torch.cat(losses).double().numpy()
 
 
 def ablate(
@@ -57,10 +44,13 @@ def ablate(
     head_sets: Mapping[str, Sequence[Head]],
     mode: str = "zero",
     progress: bool = False,
+    clean: CleanPass | None = None,
 ) -> pd.DataFrame:
     """Loss change when each head set is ablated (`zero` or `bos`, see `head_ablation`), one row per set.
 
-    windows: batches LongTensor[B, T] (held in memory for the repeated passes: B·T ints each).
+    windows: batches LongTensor[B, T] (held in memory for the repeated passes: B·T ints each). Each set's passes
+    start at its first layer (`pipelines.loss_passes`: the layers below are replayed from the clean pass, `clean`
+    when given — of the same windows — else run here).
     Columns: set, mode, n_heads, heads ("3.1,4.2"), base_loss, loss, delta_loss (mean over windows of the
     per-window change, nats/token), delta_sem (its standard error over windows), n_windows, window_delta (the
     per-window changes themselves, in window order: the same windows for every set, so sets pair by window).
@@ -68,14 +58,16 @@ def ablate(
     batches = list(windows)
     if not batches:
         raise SinkscopeError("ablate got no windows: use a larger corpus or a smaller --seq-len")
-    base = window_losses(lm, batches)
+    clean = clean_pass(lm, batches) if clean is None else clean
+    base = clean.losses
     rows = []
     from tqdm.auto import tqdm
 
     for name, heads in tqdm(head_sets.items(), desc="ablate", unit="set", disable=not progress):
         heads = sorted(set(heads))
+        first = first_edited_layer(layer for layer, _ in heads)
         with head_ablation(lm, heads, mode):
-            losses = window_losses(lm, batches)
+            losses = replayed_losses(lm, batches, clean, [first] * len(batches))
         delta = losses - base
         sem = float(delta.std(ddof=1) / np.sqrt(len(delta))) if len(delta) > 1 else float("nan")
         rows.append(
@@ -105,14 +97,16 @@ def ablation_curve(
     n_random: int = 3,
     seed: int = 0,
     progress: bool = False,
+    clean: CleanPass | None = None,
 ) -> pd.DataFrame:
     """Loss change against the fraction of heads removed, per selection, with the random baseline beside it.
 
     Columns of `ablate`, plus selection, fraction (heads removed / all heads), seed (random draws; else -1).
-    The baseline draws `n_random` seeded random sets of every head count that a selection uses.
+    The baseline draws `n_random` seeded random sets of every head count that a selection uses. `clean`: as in
+    `ablate`.
     """
     sets, labels = head_sets_for(selections, fractions, scores, len(lm.layers), lm.layout.n_heads, n_random, seed)
-    frame = ablate(lm, windows, sets, mode, progress=progress)
+    frame = ablate(lm, windows, sets, mode, progress=progress, clean=clean)
     frame[["selection", "fraction", "seed"]] = pd.DataFrame([labels[name] for name in frame["set"]])
     return frame
 
@@ -167,12 +161,12 @@ class AblateConfig:
 
 
 def run_ablation(
-    lm: LoadedModel, windows, config: AblateConfig, progress: bool = False
+    lm: LoadedModel, windows, config: AblateConfig, progress: bool = False, clean: CleanPass | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Score heads (or read a run's scores), ablate every selected set and its random baseline.
 
     windows: a `sinkscope.corpus.windows.Windows` (or any iterable of LongTensor[B, T] batches with
-    `identity()`). Returns `(curve, scores, meta)`: the `ablation_curve` table, the per-head scores used, and
+    `identity()`); `clean`: its clean pass when already run (`ablate`). Returns `(curve, scores, meta)`: the `ablation_curve` table, the per-head scores used, and
     the metadata saved beside them (config, model and corpus identity, timings).
     """
     started = time.perf_counter()
@@ -184,7 +178,7 @@ def run_ablation(
         scores = head_scores(lm, first.split(max(1, batches[0].shape[0])), progress=progress)
     curve = ablation_curve(
         lm, batches, scores, config.fractions, config.selections, config.mode, config.n_random, config.seed,
-        progress=progress,
+        progress=progress, clean=clean,
     )
     meta = {
         "config": asdict(config),

@@ -6,7 +6,7 @@ switch would set it to 0. So here a head's slice of the output projection's inpu
 only on its *sink queries*, `A[t,0] ≥ 1 − δ` (t ≥ 1), read from the clean model's eager attention of the same
 window. The control is a matched random set: as many random heads, each zeroed on as many random queries
 (t ≥ 1) of each window as its counterpart sinks on; every draw is a new random set, so the spread over draws is
-the control's own noise. Loss is the mean next-token cross-entropy per window (`pipelines.ablate.window_losses`).
+the control's own noise. Loss is the mean next-token cross-entropy per window (`pipelines.loss_passes.window_losses`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from sinkscope.capture.head_ablation import Head
 from sinkscope.errors import SinkscopeError
 from sinkscope.models.families import attention_module
 from sinkscope.models.load import LoadedModel
-from sinkscope.pipelines.ablate import window_losses
+from sinkscope.pipelines.loss_passes import window_losses
 
 Cells = dict[Head, Tensor]  # head → (B, T) booleans: the queries of one batch where the head is zeroed
 
 
 @torch.no_grad()
-def sink_query_cells(lm: LoadedModel, ids: Tensor, heads: Sequence[Head], delta: float) -> Cells:
-    """`{head: A[t,0] ≥ 1 − δ for t ≥ 1}` (B, T) of one batch, from the model's eager attention (no hooks)."""
+def sink_columns(lm: LoadedModel, ids: Tensor) -> list[Tensor]:
+    """Per layer, `A[:, h, t, 0]` (B, H, T): every head's attention on position 0, from the model's eager attention
+    of one batch (no hooks)."""
     previous = lm.model.config._attn_implementation
     try:
         lm.model.set_attn_implementation("eager")
@@ -39,12 +40,27 @@ def sink_query_cells(lm: LoadedModel, ids: Tensor, heads: Sequence[Head], delta:
         lm.model.set_attn_implementation(previous)
     if attentions is None:
         raise SinkscopeError("the model returned no attention maps with eager attention; cannot find sink queries")
+    return [attention[..., 0] for attention in attentions]
+
+
+def cells_at(columns: Sequence[Tensor], heads: Sequence[Head], delta: float) -> Cells:
+    """`{head: A[t,0] ≥ 1 − δ for t ≥ 1}` (B, T) from one batch's `sink_columns`."""
     cells = {}
     for layer, head in heads:
-        mask = attentions[layer][:, head, :, 0] >= 1 - delta  # (B, T)
+        mask = columns[layer][:, head] >= 1 - delta  # (B, T)
         mask[:, 0] = False
         cells[(layer, head)] = mask.cpu()
     return cells
+
+
+def sink_query_cells(lm: LoadedModel, ids: Tensor, heads: Sequence[Head], delta: float) -> Cells:
+    """`{head: A[t,0] ≥ 1 − δ for t ≥ 1}` (B, T) of one batch, from the model's eager attention (no hooks)."""
+    return cells_at(sink_columns(lm, ids), heads, delta)
+
+
+def first_zeroed_layer(cells: Cells) -> int:
+    """The lowest layer with a zeroed query in `cells` (0 when none: `pipelines.loss_passes.replayed_below`)."""
+    return min((layer for (layer, _), mask in cells.items() if bool(mask.any())), default=0)
 
 
 def matched_random_cells(cells: Cells, n_layers: int, n_heads: int, rng: np.random.Generator) -> Cells:

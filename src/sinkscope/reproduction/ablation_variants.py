@@ -52,15 +52,19 @@ def ablation_variants(lm: LoadedModel, batches: Sequence[Tensor], scores: pd.Dat
     each variant's `n_heads`."""
     from sinkscope.pipelines.ablate import ablate
     from sinkscope.pipelines.head_selection import count_for_fraction, heads_by_score, random_heads
+    from sinkscope.pipelines.loss_passes import clean_pass
+    from sinkscope.pipelines.query_ablation import sink_columns
     from sinkscope.reproduction.matched_heads import layer_matched_sets
     from sinkscope.reproduction.sink_query import sink_query_losses
 
     n_layers, n_heads = len(lm.layers), lm.layout.n_heads
     total = n_layers * n_heads
     out: dict[str, np.ndarray] = {}
+    clean = clean_pass(lm, batches)  # the clean pass and the sink queries' attention, once for every variant
+    columns = [sink_columns(lm, ids) for ids in batches]
 
     def sink(threshold: str, scale: float, heads: list, at_delta: float) -> None:
-        arrays = sink_query_losses(lm, batches, heads, draws, seed, delta=at_delta)
+        arrays = sink_query_losses(lm, batches, heads, draws, seed, delta=at_delta, clean=clean, columns=columns)
         for name in ("selected", "same_heads", "random", "cells_selected"):
             out[_name("sink_ablation", threshold, scale, name)] = arrays[name]
         out[_name("sink_ablation", threshold, scale, "n_heads")] = np.array(len(heads))
@@ -81,7 +85,7 @@ def ablation_variants(lm: LoadedModel, batches: Sequence[Tensor], scores: pd.Dat
             sets[f"{scale:g} random {draw}"] = random_heads(n_layers, n_heads, count, seed + draw)
         for draw, matched in enumerate(layer_matched_sets(dormant[scale], n_heads, draws, seed)):
             sets[f"{scale:g} layer_matched {draw}"] = matched
-    frame = ablate(lm, batches, sets, mode="zero").set_index("set")["window_delta"]
+    frame = ablate(lm, batches, sets, mode="zero", clean=clean).set_index("set")["window_delta"]
     for scale in VARIANT_SCALES:
         out[_name("dormant_heads", "head_fraction", scale, "selected")] = np.asarray(frame[f"{scale:g} selected"])
         for name in ("random", "layer_matched"):

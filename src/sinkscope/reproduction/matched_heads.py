@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from sinkscope.models.load import LoadedModel
+    from sinkscope.pipelines.loss_passes import CleanPass
 
 LAYER_MATCHED = "layer-matched random"  # the selection label of the control's rows in ablation.parquet
 
@@ -34,14 +35,15 @@ def layer_matched_sets(heads: Sequence[tuple[int, int]], n_heads: int, n_draws: 
 
 
 def layer_matched_ablation(lm: LoadedModel, batches: Sequence[Tensor], curve: pd.DataFrame, selection: str,
-                           n_draws: int, seed: int) -> pd.DataFrame:  # fmt: skip
+                           n_draws: int, seed: int, clean: CleanPass | None = None) -> pd.DataFrame:  # fmt: skip
     """Rows of `pipelines.ablate.ablate` (mode `zero`) for `n_draws` layer-matched draws of the set `selection`
     in `curve` (an `ablation_curve` table), labelled selection `LAYER_MATCHED`, the chosen set's fraction, seed =
-    draw."""
+    draw; `clean`: the batches' clean pass when already run."""
     from sinkscope.pipelines.ablate import ablate
     from sinkscope.pipelines.head_selection import parse_heads
 
     chosen = curve[curve["selection"] == selection].iloc[0]
     draws = layer_matched_sets(parse_heads(chosen["heads"]), lm.layout.n_heads, n_draws, seed)
-    frame = ablate(lm, batches, {f"{LAYER_MATCHED} {k}": heads for k, heads in enumerate(draws)}, mode="zero")
+    sets = {f"{LAYER_MATCHED} {k}": heads for k, heads in enumerate(draws)}
+    frame = ablate(lm, batches, sets, mode="zero", clean=clean)
     return frame.assign(selection=LAYER_MATCHED, fraction=chosen["fraction"], seed=range(len(frame)))

@@ -154,13 +154,15 @@ def ablation_section(name: str, config: ReproduceConfig, out: Path, scores: Sect
     def compute(lm: LoadedModel, target: Path) -> None:
         from sinkscope.corpus.windows import windows
         from sinkscope.pipelines.ablate import run_ablation, save_ablation
+        from sinkscope.pipelines.loss_passes import clean_pass
         from sinkscope.reproduction.matched_heads import layer_matched_ablation
 
         stream = windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed)
-        curve, head_scores, meta = run_ablation(lm, stream, ablate_config)
+        batches = list(stream)
+        clean = clean_pass(lm, batches)  # once for the chosen sets and both controls
+        curve, head_scores, meta = run_ablation(lm, stream, ablate_config, clean=clean)
         if mode == "zero":
-            batches = list(windows(c.corpora[0], lm.tokenizer, c.seq_len, c.ablation_windows, seed=c.seed))
-            matched = layer_matched_ablation(lm, batches, curve, "lowest-ahon-ln", c.random_draws, c.seed)
+            matched = layer_matched_ablation(lm, batches, curve, "lowest-ahon-ln", c.random_draws, c.seed, clean)
             curve = pd.concat([curve, matched], ignore_index=True)
         save_ablation(target, curve, head_scores, meta, overwrite=True)
 

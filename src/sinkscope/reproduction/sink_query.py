@@ -7,7 +7,9 @@ The most hard-sink heads are zeroed only on their sink queries (`pipelines.query
   them when it has fewer), so head identity is held fixed and only the query type changes;
 - **random**: matched random head-and-query sets (`pipelines.query_ablation.matched_random_cells`).
 
-Loss is the mean next-token cross-entropy per window (`pipelines.ablate.window_losses`).
+Loss is the mean next-token cross-entropy per window (`pipelines.loss_passes.window_losses`); each window's pass
+starts at the first layer with a zeroed query, the layers below replayed from the clean pass
+(`pipelines.loss_passes.replayed_below`: the same losses as the whole pass).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from torch import Tensor
 
 from sinkscope.models.load import LoadedModel
+from sinkscope.pipelines.loss_passes import CleanPass
 from sinkscope.reproduction.config import SINK_QUERY_DELTA
 
 Cells = dict[tuple[int, int], Tensor]
@@ -40,15 +43,25 @@ def same_head_cells(cells: Cells, rng: np.random.Generator) -> Cells:
 
 
 def sink_query_losses(lm: LoadedModel, batches: Sequence[Tensor], heads: Sequence[tuple[int, int]], n_draws: int,
-                      seed: int, delta: float = SINK_QUERY_DELTA) -> dict[str, np.ndarray]:  # fmt: skip
+                      seed: int, delta: float = SINK_QUERY_DELTA, clean: CleanPass | None = None,
+                      columns: Sequence[list[Tensor]] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """Per-window Δloss (nats/token): `selected` (W,), `same_heads` (W, n_draws), `random` (W, n_draws); `base`
     (W,) the clean losses; `cells_selected`, `cells_same_heads` (W,) the zeroed (head, query) pairs per window
-    (the same-heads control mean over draws)."""
-    from sinkscope.pipelines.ablate import window_losses
-    from sinkscope.pipelines.query_ablation import matched_random_cells, query_ablation, sink_query_cells
+    (the same-heads control mean over draws). `clean` (`pipelines.loss_passes.clean_pass`) and `columns` (per
+    batch, `pipelines.query_ablation.sink_columns`) of the same batches, when given, are not computed again."""
+    from sinkscope.pipelines.loss_passes import clean_pass, replayed_below, window_losses
+    from sinkscope.pipelines.query_ablation import (
+        cells_at,
+        first_zeroed_layer,
+        matched_random_cells,
+        query_ablation,
+        sink_columns,
+    )
 
-    base = window_losses(lm, batches)
-    selected = [sink_query_cells(lm, ids, heads, delta) for ids in batches]
+    clean = clean_pass(lm, batches) if clean is None else clean
+    columns = [sink_columns(lm, ids) for ids in batches] if columns is None else columns
+    base = clean.losses
+    selected = [cells_at(batch_columns, heads, delta) for batch_columns in columns]
     n_layers, n_heads = len(lm.layers), lm.layout.n_heads
     rng = np.random.default_rng(seed)
     same = [[same_head_cells(cells, rng) for cells in selected] for _ in range(n_draws)]
@@ -57,9 +70,10 @@ def sink_query_losses(lm: LoadedModel, batches: Sequence[Tensor], heads: Sequenc
 
     def losses(per_batch: list[Cells]) -> np.ndarray:
         out = []
-        for ids, cells in zip(batches, per_batch):
+        for index, (ids, cells) in enumerate(zip(batches, per_batch)):
             current["cells"] = cells
-            out.append(window_losses(lm, [ids]))
+            with replayed_below(lm, clean.of_batch(index), first_zeroed_layer(cells)):
+                out.append(window_losses(lm, [ids]))
         current["cells"] = {}
         return np.concatenate(out) - base
 
