@@ -133,3 +133,89 @@ def test_histogram_median_at_exactly_half_the_count():
     assert median[0] == 2.0 ** (-20 + 100.5 / 8)
     assert median[1] == 2.0 ** (-20 + 200.5 / 8)
     assert math.isnan(median[2])
+
+
+def _columns(seed: int, batch: int, heads: int, seq: int) -> torch.Tensor:
+    """Column sums c_k = Σ_{t≥k} A[t,k] of `batch` windows × `heads` heads of random causal rows (float64)."""
+    a = (torch.rand(batch, heads, seq, seq, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+         + 0.05).tril()  # fmt: skip
+    return (a / a.sum(-1, keepdim=True)).sum(-2)
+
+
+def test_window_sink_rate_over_epsilons_layers_heads_and_positions():
+    """(E, L, H, T) = (2, 2, 4, 5) counts over W = 3 windows, by loop over α^w_{l,h,k} = c_k / (T − k) > ε_e; a
+    window whose α^w at key 0 equals ε exactly (c_0 = 1.5, T = 5: α = 0.3) is not a sink. Heads: rate at key 0;
+    layers: mean over heads; positions: mean over heads per key; summary: mean over layers and heads per ε. Killed
+    by `rates[0, ..., 0].mean(1)` → `rates[0, ..., 1].mean(1)`, by `rates[i, ..., 0]` → `rates[0, ..., 0]` (one ε
+    for all), by `exceed_counts(scores, …, dim=-3)` → `dim=-2` (counting heads instead of windows) and by passing
+    `self._thresholds - 1e-12` (equality counted)."""
+    from sinkscope.statistics.statistic import Columns
+    from sinkscope.statistics.window_sink_rate import WindowSinkRate
+
+    W, Hs, epsilons = 3, 4, (0.3, 0.2)
+    stat = WindowSinkRate(L, Hs, T, epsilons)
+    columns = [_columns(10 + layer, W, Hs, T) for layer in range(L)]
+    columns[0][1, 2, 0] = 1.5  # α = 1.5 / 5 = 0.3 = ε: not above it
+    for layer in range(L):
+        stat.on_columns(layer, Columns(columns[layer], torch.zeros(W, Hs, T, dtype=torch.float64)))
+    tables = stat.compute(W)
+    rate = np.zeros((len(epsilons), L, Hs, T))
+    for e, epsilon in enumerate(epsilons):
+        for layer, h, k in np.ndindex(L, Hs, T):
+            rate[e, layer, h, k] = sum(float(columns[layer][w, h, k]) / (T - k) > epsilon for w in range(W)) / W
+    assert rate[0, 0, 2, 0] < 1  # the window at equality did not count
+    heads = tables.heads.set_index(["layer", "head"])["sink_rate"]
+    assert heads.to_dict() == pytest.approx({(layer, h): rate[0, layer, h, 0] for layer, h in np.ndindex(L, Hs)})
+    assert tables.layers["sink_rate"].tolist() == pytest.approx([rate[0, layer, :, 0].mean() for layer in range(L)])
+    positions = tables.positions.set_index(["layer", "position"])["sink_rate"]
+    assert positions.to_dict() == pytest.approx({(layer, k): rate[0, layer, :, k].mean()
+                                                 for layer, k in np.ndindex(L, T)})  # fmt: skip
+    assert tables.summary["sink_rate"] == pytest.approx(rate[0, ..., 0].mean())
+    assert tables.summary["sink_rates"] == pytest.approx({"0.3": rate[0, ..., 0].mean(), "0.2": rate[1, ..., 0].mean()})
+    assert rate[0, ..., 0].mean() != rate[1, ..., 0].mean()
+
+
+def test_window_summary_keeps_windows_below_its_cap_and_sums_each_window_over_layers_and_heads(monkeypatch):
+    """Window ids 4094, 4095, 4096 against the cap of 4096 rows: the first two are kept. Per kept window, by loop over
+    L = 2 layers × H = 3 heads: sink rate share of α > ε = 0.45, mean α, mean diagonal over t ≥ 1, and the share over
+    layers and queries t ≥ 1 (two query blocks, 0–2 and 3–4) at which every head is hard sink or hard diagonal;
+    the token hash Σ_t (id_t · 31^t mod P) mod P. Killed by `window_ids < MAX_WINDOWS` → `window_ids <= MAX_WINDOWS`
+    (an IndexError past the state), by `.all(dim=-2)` → `.all(dim=-1)` (over queries instead of heads) and by
+    `columns.diagonal[..., 1:]` → `columns.diagonal[..., :]` and by `alpha > self.epsilon` → `alpha >= self.epsilon`."""
+    from sinkscope.statistics.statistic import Columns
+    from sinkscope.statistics.window_summary import MAX_WINDOWS, WindowSummary
+
+    assert MAX_WINDOWS == 4096
+    Hs, epsilon, P = 3, 0.45, 2**31 - 1
+    stat = WindowSummary(L, Hs, T, epsilon)
+    ids = torch.randint(3, 90, (3, T), generator=torch.Generator().manual_seed(3))
+    stat.begin_batch(ids, torch.tensor([4094, 4095, 4096]))
+    generator = torch.Generator().manual_seed(4)
+    columns, diagonals, hard = [], [], []
+    for layer in range(L):
+        columns.append(_columns(20 + layer, 3, Hs, T))
+        columns[layer][layer, 1, 0] = 2.25  # α = 2.25 / 5 = 0.45 = ε in window 4094 + layer: not above it
+        diagonals.append(torch.rand(3, Hs, T, generator=generator, dtype=torch.float64))
+        stat.on_columns(layer, Columns(columns[layer], diagonals[layer]))
+        sink = torch.rand(3, Hs, T, generator=generator) < 0.6
+        diag = torch.rand(3, Hs, T, generator=generator) < 0.6
+        sink[..., 0] = diag[..., 0] = False
+        hard.append(sink | diag)
+        for start, stop in ((0, 3), (3, T)):
+            block = QueryBlock(start=start, sums={}, hard_sink=sink[..., start:stop], hard_diag=diag[..., start:stop],
+                               out_norms=torch.zeros(3, Hs, stop - start))  # fmt: skip
+            stat.on_query_block(layer, block)
+    table = stat.compute(3).extra["windows"].set_index("window")
+    assert table.index.tolist() == [4094, 4095]
+    for w, window in enumerate((4094, 4095)):
+        alphas = [float(columns[layer][w, h, 0]) / T for layer in range(L) for h in range(Hs)]
+        diag_means = [sum(float(diagonals[layer][w, h, t]) for t in range(1, T)) / (T - 1)
+                      for layer in range(L) for h in range(Hs)]  # fmt: skip
+        mlp_like = sum(all(bool(hard[layer][w, h, t]) for h in range(Hs)) for layer in range(L) for t in range(1, T))
+        row = table.loc[window]
+        assert row["sink_rate"] == pytest.approx(sum(a > epsilon for a in alphas) / (L * Hs))
+        assert row["mean_sink_score"] == pytest.approx(sum(alphas) / (L * Hs))
+        assert row["mean_diag_score"] == pytest.approx(sum(diag_means) / (L * Hs))
+        assert row["mlp_like_frac"] == pytest.approx(mlp_like / (L * (T - 1)))
+        assert row["tokens_hash"] == sum(int(ids[w, t]) * pow(31, t, P) % P for t in range(T)) % P
+    assert 0 < table["mlp_like_frac"].sum() and 0 < table["sink_rate"].sum() < 2
