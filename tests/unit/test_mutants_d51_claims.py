@@ -150,13 +150,15 @@ def test_dense_causal_record_and_its_rise_min_boundary():
     verdict = experiment_claims.dense_causal_verdict("m", cosines)
     assert verdict.claim == "dense_causal" and verdict.model == "m" and verdict.verdict == PARTLY
     assert verdict.evidence == {"n_heads": 20, "n_layers": 2, "head_share_smoothing": 0.8,
-                                "layer_share_smoothing": 0.5, "median_dcos_head": 0.5,
+                                "layer_share_smoothing": 0.5, "best_share_smoothing": 0.8, "median_dcos_head": 0.5,
                                 "median_dcos_layer": pytest.approx((0.5 + 1e-4) / 2, rel=1e-12)}  # fmt: skip
     assert verdict.thresholds == {"counteract_tol": 0.2, "partly_frac": 0.5, "rise_min": 1e-4}
     assert verdict.reason == ("the 95% bootstrap range of the verdict is partly … supported; fragile: supported at "
                               "rise_min = 5e-05")  # fmt: skip
-    assert verdict.interval == {"effect": "head_share_smoothing", "estimate": 0.8, "low": 0.8, "high": 1.0,
-                                "level": 0.95, "over": "windows", "n": 8}  # fmt: skip
+    assert verdict.interval == {"effect": "best_share_smoothing", "estimate": 0.8, "low": 0.8, "high": 1.0,
+                                "level": 0.95, "over": "windows", "n": 8,
+                                "primary": {"effect": "head_share_smoothing", "estimate": 0.8, "low": 0.8,
+                                            "high": 1.0}}  # fmt: skip
 
 
 def test_oversmoothing_counts_a_rise_of_exactly_rise_min_as_none():

@@ -28,9 +28,9 @@ def losses(W=10, full=3.0, recent=6.0, sink=3.5, control=5.9):
 
 def test_sink_in_use_reads_the_sink_against_the_control_token():
     supported = sink_in_use_verdict(M, losses())
-    assert supported.verdict == S and supported.interval["effect"] == "delta_sink_kept"
-    assert abs(supported.interval["estimate"] - 2.5) < 1e-9 and supported.interval["over"] == "windows"
-    assert abs(supported.evidence["recovered_share"] - 2.5 / 3.0) < 1e-9
+    assert supported.verdict == S and supported.interval["effect"] == "recovered_share"  # the share the rules read
+    assert abs(supported.interval["estimate"] - 2.5 / 3.0) < 1e-9 and supported.interval["over"] == "windows"
+    assert abs(supported.evidence["delta_sink_kept"] - 2.5) < 1e-9
     # the control token restores as much as BOS: the sink is not special, only one more key
     assert sink_in_use_verdict(M, losses(control=3.5)).verdict == P
     assert sink_in_use_verdict(M, losses(sink=5.8)).verdict == N
@@ -41,11 +41,12 @@ def test_sink_in_use_reads_the_sink_against_the_control_token():
 
 
 def test_sink_in_use_interval_is_a_bootstrap_over_windows():
-    """The effect's 95 % interval resamples windows: its width is close to the normal one, 2 · 1.96 · sd / √W."""
+    """The effect's 95 % interval resamples windows: its width is close to the normal one, 2 · 1.96 · sd / √W (the
+    eviction cost recent − full is 3 in every window here, so the share is the mean of (recent − sink) / 3)."""
     data = losses(W=40)
     data["sink"] = data["sink"] + np.random.default_rng(5).normal(0, 0.3, size=40)
     interval = sink_in_use_verdict(M, data).interval
-    per_window = data["recent"] - data["sink"]
+    per_window = (data["recent"] - data["sink"]) / 3.0
     normal = 2 * 1.96 * per_window.std(ddof=1) / np.sqrt(40)
     assert interval["low"] < per_window.mean() < interval["high"] and interval["n"] == 40
     assert 0.7 < (interval["high"] - interval["low"]) / normal < 1.3
@@ -76,7 +77,8 @@ def test_dense_causal_needs_heads_and_layers_to_smooth_more():
     mixed = up.copy()
     mixed[:, :3] = -0.01  # 15 of 24 heads
     record = dense_causal_verdict(M, cosines(mixed, np.full(L, 0.01)))
-    assert record.verdict == P and abs(record.interval["estimate"] - 15 / 24) < 1e-9
+    assert record.verdict == P and record.interval["effect"] == "best_share_smoothing"  # partly reads the larger
+    assert record.interval["estimate"] == 1.0 and abs(record.interval["primary"]["estimate"] - 15 / 24) < 1e-9
     few = dense_causal_verdict(M, cosines(np.full((1, 8), 0.01), np.full(1, 0.01)))
     assert few.verdict == NM and few.reason.startswith("too few heads: 8")
 
@@ -177,11 +179,12 @@ def test_every_new_claim_has_its_words_and_its_thresholds_vary():
 def test_sink_in_use_pairs_each_window_s_losses():
     """The windows' losses are paired: the interval is that of the per-window differences recent − sink, which vary
     here (2.5 ± 2) although each loss series alone, sorted, would pair into a constant 2.5 (the mutant that sorted
-    each series independently gave a zero-width interval)."""
+    each series independently gave a zero-width interval). The effect is the ratio of means R = mean(recent − sink)
+    / mean(recent − full) = 2.5 / 3; its normal width by the delta method, 2 · 1.96 · sd(A − R·B) / (mean(B) √W)
+    with A = 2.5 + 2s and B = 3 + s per window, A − R·B = (7/6) s."""
     spread = np.linspace(-1, 1, 12)
     data = {"full": np.full(12, 3.0), "recent": 6.0 + spread, "sink": 3.5 - spread, "control": 5.9 + spread}
     interval = sink_in_use_verdict(M, data).interval
-    per_window = data["recent"] - data["sink"]
-    normal = 2 * 1.96 * per_window.std(ddof=1) / np.sqrt(12)
-    assert abs(interval["estimate"] - 2.5) < 1e-9 and interval["low"] < 2.5 < interval["high"]
+    normal = 2 * 1.96 * (7 / 6) * spread.std(ddof=1) / (3.0 * np.sqrt(12))
+    assert abs(interval["estimate"] - 2.5 / 3) < 1e-9 and interval["low"] < 2.5 / 3 < interval["high"]
     assert 0.7 < (interval["high"] - interval["low"]) / normal < 1.3

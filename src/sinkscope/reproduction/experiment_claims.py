@@ -71,8 +71,9 @@ THRESHOLDS = {"sink_in_use": SINK_IN_USE, "dense_causal": DENSE_CAUSAL, "prevale
 
 def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict | None = None, seed: int = 0
                         ) -> Verdict:  # fmt: skip
-    """Per window: eviction cost `recent − full`; the sink's effect `recent − sink` (primary, nats/token); its
-    share of the cost (`recovered_share`) and the control token's (`control_recovered_share`), ratios of means.
+    """Per window: eviction cost `recent − full`; the sink's effect `recent − sink` (`delta_sink_kept`,
+    nats/token); its share of the cost (`recovered_share`, primary: the effect the rules read) and the control
+    token's (`control_recovered_share`), ratios of means.
     Supported: the sink recovers ≥ `recovered_min` of the cost and the control ≤ `control_max` × the sink's;
     partly: the sink recovers ≥ `partly_min`; not measurable where eviction costs nothing."""
     units = {name: np.asarray(losses[name], float) for name in ("full", "recent", "sink", "control")}
@@ -82,8 +83,8 @@ def sink_in_use_verdict(model: str, losses: dict[str, np.ndarray], extra: dict |
         kept = float((u["recent"] - u["sink"]).mean())
         control = float((u["recent"] - u["control"]).mean())
         if not cost > 0:
-            return {"delta_sink_kept": kept, "recovered_share": math.nan, "eviction_cost": cost}
-        return {"delta_sink_kept": kept, "recovered_share": kept / cost, "control_recovered_share": control / cost,
+            return {"recovered_share": math.nan, "delta_sink_kept": kept, "eviction_cost": cost}
+        return {"recovered_share": kept / cost, "delta_sink_kept": kept, "control_recovered_share": control / cost,
                 "eviction_cost": cost, "delta_control_kept": control}  # fmt: skip
 
     def decide(e, th):
