@@ -59,7 +59,7 @@ def test_a_regime_map_trains_again_the_runs_of_another_base_configuration(tmp_pa
 def test_reproduces_regimes_section_is_trained_again_when_the_base_configuration_changed(tmp_path, monkeypatch):
     trained = []
 
-    def fake_regimes(out_dir, grid, progress):  # the map's table, without the minutes of training
+    def fake_regimes(out_dir, grid, progress, workers=1):  # the map's table, without the minutes of training
         trained.append(out_dir)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         pd.DataFrame({"variant": ["softmax"] * 2, "weight_decay": [1e-4] * 2, "init": ["gpt2"] * 2,

@@ -2,7 +2,9 @@
 with and without BOS), trained or read for the judge. The map itself is `synthetic.regimes`.
 
 Calls the regime map of `sinkscope train-bb --grid regimes` (`sinkscope.synthetic.regimes.run_regimes`) with its
-quick grid (2 initialisations × BOS on/off × 3 seeds, 1000 steps each). `reproduce --quick` does not train them:
+quick grid (2 initialisations × BOS on/off × 3 seeds, 1000 steps each), as many runs at once as this process has
+threads (`regime_workers`: the CLI's `--threads`, by default the free CPUs), each in its own process; a run's
+numbers do not depend on the others or on the process it trains in (its seed and thread count are its own). `reproduce --quick` does not train them:
 one run of even 250 steps took 99 s on the shared 2-core machine (and had not learned its pattern yet), so the
 claim is "not measurable here" in a quick reproduction unless the same output directory already holds the map.
 `--regimes-from DIR` reads a map that `sinkscope train-bb --grid regimes --out DIR` wrote. Where this
@@ -75,6 +77,14 @@ def regime_key() -> dict:
             "base": RunConfig().with_overrides(REGIME_BASE).to_dict()}  # fmt: skip
 
 
+def regime_workers(runs: int) -> int:
+    """Runs of the regime map trained at once: the torch threads of this process (which `reproduce --threads`, auto
+    by default, sets to the CPUs free of load), at most `runs`, at least 1."""
+    import torch
+
+    return max(1, min(torch.get_num_threads(), runs))
+
+
 def regime_runs(config: ReproduceConfig, out: Path) -> dict:
     """`{"inits": cells_by_init(...), "cells": table, "grid": ...}`, or `{"reason": why not measurable}`."""
     if config.regimes_from is not None:
@@ -93,8 +103,10 @@ def regime_runs(config: ReproduceConfig, out: Path) -> dict:
         if config.quick:
             return {"reason": QUICK_REASON}
         grid = QUICK_GRID
-        log(f"regimes: training {len(grid.cells()) * len(grid.seeds)} bigram-backcopy models")
-        run_regimes(out_dir=directory, grid=grid, progress=lambda line: log(f"regimes: {line}"))
+        runs = len(grid.cells()) * len(grid.seeds)
+        workers = regime_workers(runs)
+        log(f"regimes: training {runs} bigram-backcopy models, {workers} at once")
+        run_regimes(out_dir=directory, grid=grid, progress=lambda line: log(f"regimes: {line}"), workers=workers)
         write_key(directory, key)
     else:
         log(f"regimes: reusing {directory}")
