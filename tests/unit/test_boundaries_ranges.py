@@ -75,3 +75,40 @@ def test_need_order_breaks_ties_by_entropy_then_layer_then_kv_head():
     scores = pd.DataFrame({"layer": [1, 0, 1, 0, 2], "kv_head": [1, 1, 0, 0, 0],
                            "need": [0.4, 0.4, 0.4, 0.9, 0.4], "entropy": [0.5, 0.5, 0.5, 0.1, 0.8]})  # fmt: skip
     assert need_order(scores).tolist() == [3, 4, 1, 2, 0]
+
+
+@pytest.mark.parametrize("fraction, count", [(1.0, 6), (0.25, 2), (0.5, 3), (0.05, 1), (0.0001, 1)])
+def test_head_count_of_a_fraction_is_rounded_and_at_least_one(fraction, count):
+    """6 heads: all at fraction 1 (the top of (0, 1]), round(1.5) = 2, 3, and at least 1 where 6·fraction rounds to
+    0. Killed by `not 0 < fraction <= 1` → `not 0 < fraction < 1` and by `max(1, …)` → `max(0, …)`."""
+    from sinkscope.pipelines.head_selection import count_for_fraction
+
+    assert count_for_fraction(6, fraction) == count
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0000001, -0.5])
+def test_head_count_refuses_a_fraction_outside_zero_to_one(fraction):
+    """Killed by `not 0 < fraction <= 1` → `not 0 <= fraction <= 1` (0 accepted, counted as 1 head)."""
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.pipelines.head_selection import count_for_fraction
+
+    with pytest.raises(SinkscopeError, match="must be in \\(0, 1\\]"):
+        count_for_fraction(6, fraction)
+
+
+@pytest.mark.parametrize("T, rank, p_h1, winner", [
+    (2, 1, 1 / 2, "undecided"),  # 2^-1 · C(1, 0): P(H1) exactly ½ is not below it
+    (4, 2, 1 / 2, "undecided"),  # 2^-3 · (1 + 3)
+    (5, 2, 5 / 16, "diagonal"),  # 2^-4 · (1 + 4)
+    (3, 1, 1 / 4, "diagonal"),
+    (3, 4, 1.0, "sink"),  # r = T + 1
+    (3, 3, 1.0, "undecided"),  # r = T: P(H1) = 1, but r < T + 1
+])  # fmt: skip
+def test_predicted_winner_at_p_one_half_and_at_rank_t_plus_one(T, rank, p_h1, winner):
+    """Wendel's P(H1) = 2^-(T−1) Σ_{k<min(r,T)} C(T−1, k) by hand; "diagonal" below ½, "sink" from r = T + 1. Killed
+    by `wendel_probability(T, rank) < 0.5` → `<= 0.5`, by `rank >= T + 1` → `rank > T + 1` and by
+    `range(min(d, T))` → `range(min(d, T) + 1)`."""
+    from sinkscope.theory.cost_closed_forms import predicted_winner, wendel_probability
+
+    assert wendel_probability(T, rank) == p_h1
+    assert predicted_winner(T, rank) == winner
