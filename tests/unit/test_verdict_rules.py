@@ -145,3 +145,16 @@ def test_dense_causal_partly_is_shown_with_the_larger_share():
     assert result.verdict == P
     assert result.interval["effect"] == "best_share_smoothing"
     assert (result.interval["low"], result.interval["high"]) == (1.0, 1.0)
+
+
+def test_gu_sink_rate_partly_is_shown_with_the_natural_texts_rate():
+    """Every head sinks (α = 0.9 > ε) on natural text, none on random and repeated tokens: present on natural text
+    only → `partly`, shown with the natural rate's interval [1, 1], not the smallest rate's [0, 0]."""
+    from sinkscope.reproduction.sink_rate_claims import gu_sink_rate_verdict
+
+    shape = (8, 3, 4)
+    scores = {"natural": np.full(shape, 0.9), "random": np.full(shape, 0.1), "repeat": np.full(shape, 0.1)}
+    result = gu_sink_rate_verdict("m", scores)
+    assert result.verdict == P and result.interval["effect"] == "sink_rate_natural"
+    assert (result.interval["estimate"], result.interval["low"], result.interval["high"]) == (1.0, 1.0, 1.0)
+    assert result.interval["primary"]["effect"] == "min_rate" and result.interval["primary"]["high"] == 0.0

@@ -15,7 +15,8 @@ GU = {"epsilon": 0.3, "present_rate": 0.2}
 def gu_sink_rate_verdict(model: str, scores: dict[str, np.ndarray], seed: int = 0) -> Verdict:
     """Claim `gu_sink_rate` from per-window sink scores α^w (W, L, H) on `natural`, `random` and `repeat`
     tokens: the rate mean [α^w > ε] per corpus. Present when the rate ≥ `present_rate`; supported: present on
-    all three; partly: on natural text; else not supported. Interval over windows (each corpus its own)."""
+    all three; partly: on natural text; else not supported. Interval over windows (each corpus its own): of the
+    smallest rate, and with `partly` of the natural text's (the rate that rule reads)."""
     needed = ("natural", "random", "repeat")
     if any(name not in scores or np.asarray(scores[name]).size == 0 for name in needed):
         return Verdict("gu_sink_rate", model, NOT_MEASURABLE, {}, GU, "a corpus was not analysed")
@@ -30,4 +31,5 @@ def gu_sink_rate_verdict(model: str, scores: dict[str, np.ndarray], seed: int = 
 
     return judge("gu_sink_rate", model, {name: np.asarray(scores[name], float) for name in needed}, effects, decide,
                  GU, over="windows", min_units=MIN_WINDOWS, seed=seed, fractions=("present_rate",),
-                 decides_on=tuple(f"sink_rate_{name}" for name in needed))  # fmt: skip
+                 decides_on=tuple(f"sink_rate_{name}" for name in needed),
+                 interval_for={PARTLY: "sink_rate_natural"})  # fmt: skip
