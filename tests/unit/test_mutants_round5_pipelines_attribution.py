@@ -1,16 +1,24 @@
 """Switch attribution's per-head table, model totals and saved files from hand-made counts, by hand (mutmut draw
-54): every column, the unexplained count from the last slot, NaN where nothing is off or nothing was counted."""
+54, 55): every column, the unexplained count from the last slot, NaN where nothing is off or nothing was counted;
+the routes of a learned-sink model and its counter on one hand-made block."""
 
 from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import torch
 
 from sinkscope.functional.switch_routes import ALL_ROUTES
-from sinkscope.pipelines.switch_attribution import attribution_table, route_totals, save_attribution
+from sinkscope.pipelines.switch_attribution import (
+    _Counter,
+    attribution_table,
+    available_routes,
+    route_totals,
+    save_attribution,
+)
 
 ROUTES = tuple(r for r in ALL_ROUTES if r.name in ("bos_sink", "cancellation"))
 
@@ -68,3 +76,21 @@ def test_route_totals_and_saved_files(tmp_path):
     assert titles == [" · tiny-llama", " · "]
     save_attribution(tmp_path / "a", table.iloc[:1], meta)  # an earlier attribution result is replaced whole
     assert len(pd.read_parquet(tmp_path / "a" / "attribution.parquet")) == 1
+
+
+def test_routes_of_a_learned_sink_model_and_its_counter_by_hand():
+    lm = SimpleNamespace(family=SimpleNamespace(output_gate=None, learned_sink="sinks"),
+                         layout=SimpleNamespace(group=1, n_heads=1), layers=[None])  # fmt: skip
+    routes = available_routes(lm)
+    assert [r.name for r in routes] == ["bos_sink", "learned_sink", "cancellation", "learned_partial", "bos_partial",
+                                        "self_small_value", "low_norm_keys"]  # fmt: skip
+    gated = SimpleNamespace(family=SimpleNamespace(output_gate="q_proj", learned_sink=None))
+    assert [r.name for r in available_routes(gated)][:2] == ["gate", "bos_sink"]
+    counter = _Counter(lm, routes, tau=0.1, delta=0.1)
+    counter.on_values(0, torch.ones(1, 1, 2, 4) * 0.5)  # ||v_j|| = 1 for both keys
+    counter.on_learned_sink(0, 0, torch.tensor([[[0.0, 0.95]]]))  # query 1 puts 95 % on the learned sink column
+    probs = torch.tensor([[[[1.0, 0.0], [0.03, 0.02]]]])
+    out = torch.tensor([[[[1.0, 0, 0, 0], [0.001, 0, 0, 0]]]])  # ||o_1|| = 0.001 ≤ 0.1 · 1: switched off
+    counter.on_block(0, 0, probs, torch.zeros(1, 1, 2), out)
+    assert counter.counts[0, 0].tolist() == [0, 1, 0, 0, 0, 0, 0, 0]  # the hard learned sink, not BOS's partial
+    assert counter.queries.tolist() == [[1]]

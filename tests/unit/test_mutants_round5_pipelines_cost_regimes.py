@@ -32,8 +32,8 @@ def _hand_winner(sink: float, diagonal: float) -> str:
     return "sink" if sink < diagonal else "diagonal"
 
 
-@pytest.fixture(scope="module")
-def result():
+@pytest.fixture
+def result():  # per test, not per module: mutmut maps a mutant to the tests whose own run calls its function
     before = time.perf_counter()
     out = run_cost_regimes(CONFIG)
     out["elapsed"] = time.perf_counter() - before
@@ -80,7 +80,7 @@ def test_vocabulary_rows_and_summary_by_hand(result):
         assert got["p_h1"] == seeds["p_h1"].iloc[0] and got["predicted"] == seeds["cheaper_predicted"].iloc[0]
         assert got["agree"] == pytest.approx(seeds["agree"].mean()) and got["seeds"] == 2
     assert len(summary) == 4
-
+    assert set(summary["sink_feasible"]) != {0.0} and set(summary["diagonal_cheaper"]) != {0.0}
 
 def test_costs_are_linear_in_kappa(result):
     doubled = run_cost_regimes(RegimeConfig(Vs=(4,), Ks=(1,), Ts=(3,), ds=(4,), ranks=(4,), seeds=1, kappa=2.0))
@@ -111,6 +111,7 @@ def test_refusals_read_whole():
             RegimeConfig(**fields)
         assert str(error.value) == message, fields
     RegimeConfig(Vs=(2,), Ks=(1,), ranks=(16,), ds=(16,), seeds=1, kappa=1e-9)  # each at its cut
+    RegimeConfig(Vs=(2,), Ks=(1,), Ts=(1,), ds=(1,), ranks=(1,))  # 1 is a positive integer
 
 
 def test_winner_at_its_tolerance():
