@@ -7,8 +7,8 @@ over rounds of that ratio, by wall clock and by this process's CPU time (user + 
 
 Methods (SmolLM2 by default, float32, `AnalyzeConfig(geometry_cap=0)`):
   floor        `lm.base(input_ids, use_cache=False)`, sdpa, no outputs
-  sinkscope    `analyze` with the default routing (`capture.attention.attention_path`)
-  rows         `analyze` with every plain causal layer on the rows path, whatever T
+  sinkscope    `analyze` with the default routing (`capture.attention.attention_path`: the compiled kernel where it builds)
+  rows         `analyze` with every plain causal layer on the rows path, whatever T (no compiled kernel)
   fused        `analyze` with every plain causal layer on the fused path (two flash-kernel calls), whatever T
   blocked      `analyze` with every layer on the block path (the path of every release before the fused one)
   budget-rows  `sinkscope` with the rows path's blocks cut by the element budget alone (no `MIN_ROWS_PER_BLOCK`:
@@ -58,7 +58,9 @@ def variant(method: str):
             original = attention.attention_path
             attention.attention_path = lambda *a: "blocks"
             stack.callback(setattr, attention, "attention_path", original)
-        elif method in ("rows", "fused"):
+        elif method in ("rows", "fused"):  # the paths without the compiled kernel
+            stack.callback(setattr, attention.fused_cpu, "available", attention.fused_cpu.available)
+            attention.fused_cpu.available = lambda: False
             limit = attention.ROWS_UP_TO_SEQ_LEN
             attention.ROWS_UP_TO_SEQ_LEN = 1 << 40 if method == "rows" else 0
             stack.callback(setattr, attention, "ROWS_UP_TO_SEQ_LEN", limit)

@@ -39,12 +39,13 @@ def instrument() -> None:
     """Replace the functions sinkscope calls by name with timed versions."""
     import torch.nn.functional as F
 
-    from sinkscope.capture import attention, feed, fused
+    from sinkscope.capture import attention, feed, fused, fused_cpu
     from sinkscope.statistics import bos_geometry, switch_counts
 
     F.scaled_dot_product_attention = timed("sdpa", F.scaled_dot_product_attention)
     attention.blocked_attention = timed("blocked_attention", attention.blocked_attention)
     attention.row_attention = timed("row_attention", attention.row_attention)
+    fused_cpu.compiled_attention = timed("compiled_attention", fused_cpu.compiled_attention)
     attention.fused_attention = timed("fused_attention", attention.fused_attention)
     fused._flash = timed("flash", fused._flash)  # called by fused_attention, in capture/fused.py
     for module, name in [(feed, "pattern_block_sums"), (feed, "pattern_row_sums"), (switch_counts, "switch_block_sums"),
@@ -63,6 +64,7 @@ def split(total: float) -> list[tuple[str, float, int]]:
     switch_in_flush = s["switch_block_sums"] if n["on_readout"] else 0.0
     on_block_rest = s["on_block"] - s["pattern_block_sums"] - (s["switch_block_sums"] - switch_in_flush)
     parts = [
+        ("compiled path: the C++ kernel and its readout", s["compiled_attention"], n["compiled_attention"]),
         ("rows path: logits, softmax, P·V and their reductions", s["row_attention"], n["row_attention"]),
         ("fused path: flash kernel calls (output + lse; columns + entropy)", s["flash"], n["flash"]),
         ("fused path: A[t,0], A[t,t], A[t,t-1], entropy sum, norms", s["fused_attention"] - s["flash"],

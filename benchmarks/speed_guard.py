@@ -36,6 +36,7 @@ torch.set_num_threads(1)
 import sinkscope
 from sinkscope.pipelines.analysis import AnalyzeConfig
 seq_len, count, repeats = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+clock = time.process_time if sys.argv[4] == "cpu" else time.perf_counter
 lm = sinkscope.load_model("smollm2-135m")
 ids = torch.cat(list(sinkscope.windows("builtin:prose", lm.tokenizer, seq_len, max_windows=count, batch_size=1)))
 from sinkscope.corpus.windows import TokenWindows
@@ -46,17 +47,18 @@ def floor():
 def sink():
     sinkscope.analyze(lm, TokenWindows(ids, batch_size=1), AnalyzeConfig(geometry_cap=0), progress=False)
 def timed(f):
-    started = time.perf_counter(); f(); return time.perf_counter() - started
+    started = clock(); f(); return clock() - started
 floor(); sink()
 pairs = [(timed(floor), timed(sink)) for _ in range(repeats)]
 print(json.dumps({"floor": [p[0] for p in pairs], "sinkscope": [p[1] for p in pairs], "tokens": int(ids.numel())}))
 """
 
 
-def measure(src: Path, seq_len: int, count: int, repeats: int) -> dict:
-    """One measuring process importing sinkscope from `src`: floor and analyze seconds per repeat."""
+def measure(src: Path, seq_len: int, count: int, repeats: int, clock: str = "wall") -> dict:
+    """One measuring process importing sinkscope from `src`: floor and analyze seconds per repeat (`clock` "wall",
+    or "cpu": the process's CPU time, which other jobs on a busy machine disturb less)."""
     env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(seq_len), str(count), str(repeats)], env=env,
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(seq_len), str(count), str(repeats), clock], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"measuring {src} failed:\n{done.stderr[-2000:]}")
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=8, help="windows per pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per process (after one warm-up)")
     parser.add_argument("--rounds", type=int, default=2, help="processes per tree, alternating")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="time by the wall clock, or by the process's CPU time (one thread: robust to other jobs)")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
                             text=True, check=False)  # fmt: skip
@@ -94,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[dict]] = {name: [] for name in trees}
             for _ in range(args.rounds):
                 for name, src in trees.items():
-                    runs[name].append(measure(src, seq_len, args.windows, args.repeats))
+                    runs[name].append(measure(src, seq_len, args.windows, args.repeats, args.clock))
             for name in trees:
-                print(f"T = {seq_len}, {args.windows} windows, 1 thread: " + summary(name, runs[name]))
+                print(f"T = {seq_len}, {args.windows} windows, 1 thread, {args.clock} clock: " + summary(name, runs[name]))
     print(f"load {os.getloadavg()[0]:.1f} at end")
     return 0
 

@@ -302,6 +302,7 @@ def analyze_on_path(lm, windows, config, path: str, monkeypatch, block_elements:
         if block_elements is not None:
             patch.setattr(blocks, "BLOCK_ELEMENTS", block_elements)
         if path == "fused":
+            patch.setattr(attention.fused_cpu, "available", lambda: False)  # the compiled kernel would take it
             patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
         run = analyze(lm, windows, config, progress=False)
     return run, taken, starts

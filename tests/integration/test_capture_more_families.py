@@ -194,10 +194,12 @@ def test_every_column_equals_the_eager_reference(name, path, monkeypatch):
     monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", BLOCK_ELEMENTS)
     monkeypatch.setattr(attention, "attention_path", spy)
     if path == "fused":
+        monkeypatch.setattr(attention.fused_cpu, "available", lambda: False)  # the compiled kernel would take it
         monkeypatch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", 0)
     run = analyze(lm, TokenWindows(token_windows(), batch_size=BATCH), CONFIG, progress=False)
     # Falcon always hands its attention a mask (ALiBi adds to it): the block path; the others are plain causal.
-    plain = {"default": "rows", "fused": "fused", "blocks": "blocks"}[path]
+    default = "compiled" if attention.fused_cpu.available() else "rows"
+    plain = {"default": default, "fused": "fused", "blocks": "blocks"}[path]
     assert set(taken) == ({"blocks"} if name.startswith("falcon") else {plain})
     tables = {"heads": run.heads, "layers": run.layers, "positions": run.positions, **run.extra}
     compare(tables, run.meta["summary"], ref, f"{name} {path}:")

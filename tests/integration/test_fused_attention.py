@@ -131,13 +131,19 @@ FAMILIES = {  # name -> layers expected on the rows path by default and on the f
 
 
 def run_three_paths(lm: LoadedModel, ids: torch.Tensor, config: AnalyzeConfig, monkeypatch):
-    """The analysis by the default routing (these short windows take the rows path wherever it is exact), with the
-    fused path forced (`ROWS_UP_TO_SEQ_LEN` 0), with CUDA's flex path forced (eager flex_attention on the CPU)
-    and with the block path forced; layer calls of each path counted."""
-    calls = {"row_attention": 0, "fused_attention": 0, "flex_parts": 0}
+    """The analysis by the default routing (the compiled kernel wherever it is exact), then without the compiled kernel
+    (these short windows take the rows path), with the fused path forced (`ROWS_UP_TO_SEQ_LEN` 0), with CUDA's flex
+    path forced (eager flex_attention on the CPU) and with the block path forced; layer calls of each path counted."""
+    calls = {"compiled_attention": 0, "row_attention": 0, "fused_attention": 0, "flex_parts": 0}
     runs = {}
+    with monkeypatch.context() as patch:
+        compiled = attention.fused_cpu.compiled_attention
+        patch.setattr(attention.fused_cpu, "compiled_attention",
+                      lambda *a: calls.__setitem__("compiled_attention", calls["compiled_attention"] + 1) or compiled(*a))
+        runs["compiled"] = analyze(lm, TokenWindows(ids, batch_size=4), config, progress=False)
     for path, limit in (("default", attention.ROWS_UP_TO_SEQ_LEN), ("fused", 0)):
         with monkeypatch.context() as patch:
+            patch.setattr(attention.fused_cpu, "available", lambda: False)
             patch.setattr(attention, "ROWS_UP_TO_SEQ_LEN", limit)
             for name in ("row_attention", "fused_attention"):
                 original = getattr(attention, name)
@@ -165,8 +171,9 @@ def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     runs, calls = run_three_paths(lm, ids, config, monkeypatch)
     # layers × batches (10 windows in batches of 4), once by default (rows) and once forced (fused, flex)
     flex_layers = 3 if name == "gemma3" else FAMILIES[name]  # the flex path takes Gemma-3's sliding layers too
-    assert calls == {"row_attention": FAMILIES[name] * 3, "fused_attention": FAMILIES[name] * 3,
-                     "flex_parts": flex_layers * 3}
+    compiled_layers = FAMILIES[name] if attention.fused_cpu.available() else 0
+    assert calls == {"compiled_attention": compiled_layers * 3, "row_attention": FAMILIES[name] * 3,
+                     "fused_attention": FAMILIES[name] * 3, "flex_parts": flex_layers * 3}
     ref, _ = reference(lm, ids, config.delta, config.tau)
     att = torch.stack(lm.base(input_ids=ids, output_attentions=True, use_cache=False).attentions).double()
     L, N, H = att.shape[:3]
@@ -195,7 +202,7 @@ def test_rows_fused_and_block_paths_equal_eager_maps(name, monkeypatch):
     assert ref["hard_sink_frac"].max() > 0  # the thresholds were exercised (ε on tokens too, but by Gemma's QK-norm)
     assert table["sink_frac"].max() > 0 or name == "gemma3-wide"
     numeric = runs["default"].heads.select_dtypes("number").columns
-    for path in ("fused", "flex", "blocked"):
+    for path in ("compiled", "fused", "flex", "blocked"):
         pd.testing.assert_frame_equal(runs["default"].heads[numeric], runs[path].heads[numeric], atol=1e-5, rtol=1e-5)
 
 
@@ -220,9 +227,10 @@ def test_cuda_paths_equal_the_cpu_run(path, monkeypatch):
                                       rtol=1e-4)
 
 
-def test_routing_rows_up_to_the_threshold_then_fused_where_exact():
-    """Plain causal windows take the rows path up to ROWS_UP_TO_SEQ_LEN tokens, then the fused path where the flash
-    kernel is exact (equal q/v head sizes); masks and softcaps take the block path."""
+def test_routing_rows_up_to_the_threshold_then_fused_where_exact(monkeypatch):
+    """Without the compiled kernel, plain causal windows take the rows path up to ROWS_UP_TO_SEQ_LEN tokens, then the
+    fused path where the flash kernel is exact (equal q/v head sizes); masks and softcaps take the block path."""
+    monkeypatch.setattr(attention.fused_cpu, "available", lambda: False)
     limit = attention.ROWS_UP_TO_SEQ_LEN
     route = attention.attention_path
     for length, expected in ((limit, "rows"), (limit + 1, "fused")):

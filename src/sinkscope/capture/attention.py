@@ -2,14 +2,17 @@
 
 Registered with transformers' attention interface as "sinkscope" (together with a mask function: a custom
 attention function registered without one gets no causal mask, and would silently give wrong sink scores).
-Four paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
+Five paths compute the layer's output (ours, equal to eager) and what the statistics need; `attention_path`
 picks one:
 
 - `capture.flex.flex_parts`, on CUDA for every call: plain causal attention, sliding windows, logit softcaps,
   boolean (padding) masks and additive masks (ALiBi, Falcon), at every length: two or three
   `flex_attention` calls compiled into fused kernels, no map (the module's doc has the identities), in the
   precision `attention_precision` sets.
-- `capture.blocks.row_attention`, for plain causal attention (no mask tensor, no softcap) up to
+- `capture.fused_cpu.compiled_attention`, on the CPU for plain causal attention (no mask tensor, no softcap) at
+  every length, where its C++ kernel builds (a compiler on the machine, `sgemm_` in torch's library): per block of
+  query rows, the logits, softmax, column sums, entropy and output in one pass that keeps the block in the cache.
+- `capture.blocks.row_attention`, where the compiled kernel does not build, for plain causal attention up to
   `ROWS_UP_TO_SEQ_LEN` tokens (at every length where the fused path cannot run):
   query blocks of whole rows (one BLAS product for the logits, one fused softmax, one product with v), each
   reduced to `AttentionReadout` inside the block (three entries per row, column sums, entropy) and then dropped.
@@ -29,6 +32,7 @@ on CUDA (`flex_parts(sinks=...)`, the sink's mass reported before the layer's ro
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sinkscope.capture import flex
+from sinkscope.capture import flex, fused_cpu
 from sinkscope.capture.blocks import block_elements, block_rows, blocked_attention, row_attention
 from sinkscope.capture.fused import fused_attention
 from sinkscope.capture.learned_sink import learned_sink_attention
@@ -44,9 +48,9 @@ from sinkscope.capture.readout import AttentionReadout, PackedReadout
 from sinkscope.errors import SinkscopeError
 
 NAME = "sinkscope"
-# Plain causal windows of at most this many tokens take the rows path, longer ones the two flash-kernel calls of
-# the fused path: the rows path was faster up to T = 8192 and the fused path at T = 16384 (SmolLM2's attention
-# shapes, 1 and 2 threads; docs/performance.md, "Three paths").
+# Without the compiled kernel, plain causal windows of at most this many tokens take the rows path, longer ones the
+# two flash-kernel calls of the fused path: the rows path was faster up to T = 8192 and the fused path at T = 16384
+# (SmolLM2's attention shapes, 1 and 2 threads; docs/performance.md, "Four paths").
 ROWS_UP_TO_SEQ_LEN = 8192
 
 BlockObserver = Callable[[int, int, Tensor, Tensor, Tensor], None]
@@ -71,18 +75,21 @@ _watched: dict[int, _Watch] = {}
 def attention_path(
     query: Tensor, value: Tensor, attention_mask: Tensor | None, softcap: float | None, window: int | None = None
 ) -> str:
-    """Which path computes this call exactly and fastest: "flex", "rows", "fused" or "blocks".
+    """Which path computes this call exactly and fastest: "flex", "compiled", "rows", "fused" or "blocks".
 
     On CUDA, where this torch has flex_attention, the compiled flex path (`capture.flex`) takes every call: plain
     causal attention, sliding windows, logit softcaps, boolean masks (padding) and additive (float) masks (ALiBi).
     On the CPU plain causal attention (transformers' sdpa mask function returns no mask
-    then: no padding, no sliding window shorter than T) without a logit softcap takes the fused path beyond
-    `ROWS_UP_TO_SEQ_LEN` tokens where that is exact (equal q and v head sizes, as the CPU flash kernel needs), the
-    rows path otherwise; everything else takes the block path."""
+    then: no padding, no sliding window shorter than T) without a logit softcap takes the compiled path where its
+    kernel builds (`fused_cpu.available()`); without it, the fused path beyond `ROWS_UP_TO_SEQ_LEN` tokens where that
+    is exact (equal q and v head sizes, as the CPU flash kernel needs), the rows path otherwise; everything else
+    takes the block path."""
     if _flex_here(query):
         return "flex"
     if softcap is not None or attention_mask is not None:
         return "blocks"
+    if query.device.type == "cpu" and fused_cpu.available():
+        return "compiled"
     flash_ok = query.shape[-1] == value.shape[-1] and query.device.type == "cpu" and value.device.type == "cpu"
     return "fused" if flash_ok and query.shape[-2] > ROWS_UP_TO_SEQ_LEN else "rows"
 
@@ -96,6 +103,7 @@ def _flex_here(query: Tensor) -> bool:
 _flex_failed = False  # set once when the compiled flex kernels cannot run in this process
 _padding_free = False  # whether the forward pass in progress was given no attention mask (padding_free_forwards)
 _precision = "exact"  # the flex path's precision (`attention_precision`)
+PATH_CALLS: Counter[str] = Counter()  # watched layer calls per path in this process (an analysis records its share)
 
 
 @contextmanager
@@ -132,7 +140,7 @@ def padding_free_forwards(base: torch.nn.Module):
 
 def _layer_rows(path: str, query: Tensor, key: Tensor, value: Tensor, scaling: float, window: int | None = None,
                 **form) -> tuple[Tensor, AttentionReadout | PackedReadout] | None:  # fmt: skip
-    """Output and `AttentionReadout` (packed on the flex path) by `path` ("flex", "rows" or "fused"; `window` and
+    """Output and `AttentionReadout` (packed on the flex path) by `path` ("flex", "compiled", "rows" or "fused"; `window` and
     `form`, `flex.flex_parts`'s mask, softcap and sinks, on the flex path); where the compiled flex kernels cannot
     run here (no Triton, an unsupported head size), one warning and the rows path for the rest of the process, or
     None for a call that is not plain causal attention (the block path then takes it)."""
@@ -148,7 +156,8 @@ def _layer_rows(path: str, query: Tensor, key: Tensor, value: Tensor, scaling: f
             if (window is not None and window < query.shape[-2]) or any(v is not None for v in form.values()):
                 return None
             path = "rows"
-    return (row_attention if path == "rows" else fused_attention)(query, key, value, scaling)
+    paths = {"compiled": fused_cpu.compiled_attention, "rows": row_attention, "fused": fused_attention}
+    return paths[path](query, key, value, scaling)
 
 
 def _flex_form(attention_mask: Tensor | None, window: int | None, softcap: float | None) -> dict:
@@ -208,6 +217,7 @@ def sinkscope_attention(
     watch.on_values(watch.layer, value)
     window = kwargs.get("sliding_window")
     path = attention_path(query, value, attention_mask, softcap, window) if watch.on_readout is not None else "blocks"
+    PATH_CALLS[path] += 1
     form = _flex_form(attention_mask, window, softcap) if path == "flex" else {}
     computed = _layer_rows(path, query, key, value, scaling, window, **form) if path != "blocks" else None
     if computed is not None:

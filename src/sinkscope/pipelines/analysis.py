@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from sinkscope.capture.attention import attention_precision
+from sinkscope.capture import fused_cpu
+from sinkscope.capture.attention import PATH_CALLS, attention_precision
 from sinkscope.capture.feed import Feed
 from sinkscope.capture.gate import output_gate_hooks
 from sinkscope.corpus.windows import TokenWindows, Windows
@@ -171,6 +173,7 @@ def _analyze(
     expected = windows.available()  # fewer than max_windows when the corpus runs out: the bar's true length
     total = None if expected is None else math.ceil(expected / world / windows.batch_size)
     started = time.perf_counter()
+    paths_before = Counter(PATH_CALLS)
     analysed, saved, digest = 0, feed.windows, hashlib.sha256()  # digest: token ids of this rank's windows so far
     gate_readers = [s.on_gate for s in statistics if isinstance(s, OutputGates)]
     left = None if total is None else max(1, total - skip // windows.batch_size)  # batches still to run
@@ -226,9 +229,12 @@ def _analyze(
             "geometry_seconds": compute_seconds.get("certificates", 0.0),
             "world_size": world,
             "threads": torch.get_num_threads(),  # the CPU threads torch used (--threads, or its default)
+            "attention_paths": dict(PATH_CALLS - paths_before),  # layer calls per path (capture.attention)
         },
         "summary": summary(heads, statistic_summaries(parts), config.thresholds),
     }
+    if lm.device.type == "cpu":  # which CPU kernel could run: the compiled one, or why not (then the rows path)
+        meta["timings"]["compiled_kernel"] = fused_cpu.why_unavailable() or "available"
     for key in ("sink_rates", "sink_rates_of_mean"):  # listed in the order asked for, whatever order was counted in
         meta["summary"][key] = {str(e): meta["summary"][key][str(e)] for e in asked.thresholds}
     run = Run(meta=meta, heads=heads, layers=layers, positions=positions, extra=extra)
