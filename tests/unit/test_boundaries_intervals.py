@@ -121,3 +121,20 @@ def test_emergence_needs_a_score_strictly_above_its_threshold():
     assert dated["from_first"].to_dict() == {(0, "sink"): False, (2, "diagonal"): False, (3, "sink"): True}
     assert dated["final_score"].to_dict() == pytest.approx({(0, "sink"): 0.31, (2, "diagonal"): 0.7,
                                                             (3, "sink"): 0.9})  # fmt: skip
+
+
+@pytest.mark.parametrize("b, c, regime", [
+    (0.0, 2.0, "monotone"),  # b = 0: d cos/dλ = (1 − λ) c ≥ 0 all the way
+    (-0.5, 2.0, "peak, dense more"),  # −c/2 < b < 0
+    (-1.0, 2.0, "peak, dense less"),  # b = −c/2: dense exactly as smooth as the identity, not more
+    (-1.5, 2.0, "peak, dense less"),
+    (-2.0, 2.0, "resists"),  # b = −c: λ* = 1 + b/c = 0
+    (0.0, 0.0, "monotone"),  # c = 0 is a trace of a semi-definite form
+    (-1.0, 0.0, "resists"),
+])  # fmt: skip
+def test_smoothing_regime_at_each_end_of_its_intervals(b, c, regime):
+    """The regimes cut b at −c, −c/2 and 0 (closed as in the theory: b ≥ 0, b ≤ −c, 2b + c > 0). Killed by
+    `b >= 0` → `b > 0`, `b <= -c` → `b < -c`, `2 * b + c > 0` → `2 * b + c >= 0` and `c < 0` → `c <= 0`."""
+    from sinkscope.theory.smoothing_regimes import smoothing_regime
+
+    assert smoothing_regime(b, c) == regime
