@@ -132,3 +132,19 @@ def test_an_exact_verdict_keeps_what_the_measurement_fixed_and_never_shows_decid
             {"threshold": "cut", "scale": 2.0, "value": 1.0, "verdict": None, "not_varied": "only one cut was measured"},
             {"threshold": "other", "scale": 0.5, "value": 1.0, "verdict": "supported"},
             {"threshold": "other", "scale": 2.0, "value": 4.0, "verdict": "supported"}])
+
+
+def test_a_stored_file_changed_in_place_at_the_same_size_makes_the_section_stale(tmp_path, capsys):
+    # the stamp records [size, sha256]: "abc" → "abd" keeps the size (3 bytes), so only the hash can tell
+    key = {"a": 1}
+    (tmp_path / "a.csv").write_text("abc")
+    (tmp_path / "b.csv").write_text("kept")
+    files.write_key(tmp_path, key)
+    (tmp_path / "a.csv").write_text("abd")
+    capsys.readouterr()
+    assert not files.is_fresh(tmp_path, key)
+    assert _line(capsys.readouterr().err) == (
+        f"{tmp_path}: stored files are missing or changed since they were written (a.csv): computing the section "
+        "again")
+    (tmp_path / "a.csv").write_text("abc")  # the same bytes again: fresh
+    assert files.is_fresh(tmp_path, key)
