@@ -58,12 +58,16 @@ demo: $(STAMP)
 lint: $(STAMP)
 	.venv/bin/ruff check src tests benchmarks
 
+# Two pytest-xdist workers, one torch thread each (tests/conftest.py), whole files per worker (a file's module fixtures
+# are built once), the slowest tiers first (tests/conftest.py, TIERS); --durations=20 names the slowest tests.
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP) $(CHROMIUM) lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(XDIST) --durations=20 tests
 
 # unit + integration: tiny random models, no real model, no browser (docs/testing.md, The tiers).
 test-fast: $(STAMP) lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser" tests/unit tests/integration
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(XDIST) -m "not slow and not browser" tests/unit tests/integration
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/run.py

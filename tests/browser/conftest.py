@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from integration.tiny_checkpoint import save_tiny_llama, write_corpus
+from integration.waiting import PAGE_GUARD_MS
 from sinkscope.cli.main import main
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -102,6 +103,7 @@ def open_page(browser) -> Iterator[Callable[..., LoadedPage]]:
 
     def _open(path: str | Path, viewport: tuple[int, int] = (1280, 900), query: str = "") -> LoadedPage:
         context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        context.set_default_timeout(PAGE_GUARD_MS)  # every wait is on the page's own signal; this guard ends a hang
         contexts.append(context)
         page = context.new_page()
         loaded = LoadedPage(page)

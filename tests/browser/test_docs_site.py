@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from integration.waiting import HANG_GUARD
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +24,7 @@ def site(tmp_path_factory) -> Path:
     pytest.importorskip("mkdocs", reason="mkdocs is a dev extra: pip install -e '.[dev]'")
     site = tmp_path_factory.mktemp("docs") / "site"
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=HANG_GUARD)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return site
 
@@ -41,7 +43,7 @@ def test_every_page_opens_from_disk_without_an_error(site, open_page):
 
 def results(loaded) -> list[tuple[str, str]]:
     """(title, href) of each search result once the page has searched."""
-    loaded.page.wait_for_selector("#mkdocs-search-results article", timeout=30_000)
+    loaded.page.wait_for_selector("#mkdocs-search-results article")
     return loaded.page.eval_on_selector_all("#mkdocs-search-results article a",
                                             "links => links.map(a => [a.textContent, a.href])")  # fmt: skip
 

@@ -20,8 +20,8 @@ def built(tmp_path_factory):
 def test_the_linear_layer_is_a_labelled_row_and_the_full_layer_is_drawn(open_page, built):
     loaded = open_page(built.path, viewport=(1400, 1000))
     pw = loaded.page
-    pw.wait_for_selector("body[data-ready='1']", timeout=10_000)
-    pw.wait_for_selector("body[data-decoded='1']", timeout=10_000)
+    pw.wait_for_selector("body[data-ready='1']")
+    pw.wait_for_selector("body[data-decoded='1']")
     loaded.assert_clean()
     H = int(pw.evaluate("() => JSON.parse(document.getElementById('data').textContent).n_heads"))
     row = pw.locator("#grid tr[data-layer='0'] .cell")
@@ -37,13 +37,13 @@ def test_the_linear_layer_is_a_labelled_row_and_the_full_layer_is_drawn(open_pag
     assert not pw.locator("#map").is_visible()
     assert pw.locator("#grid tr[data-layer='0'] .cell.sel").count() == 1
     pw.keyboard.press("ArrowRight")  # one step crosses the linear row into layer 1's first head
-    pw.wait_for_selector("#map-title[data-layer='1'][data-head='0']", timeout=10_000)
+    pw.wait_for_selector("#map-title[data-layer='1'][data-head='0']")
     assert pw.locator("#map").is_visible() and "Layer 1, head 0" in title.text_content()
     pw.keyboard.press("ArrowUp")
     assert title.get_attribute("data-linear") == "1"
 
     pw.click(".tok[data-t='3']")
-    pw.wait_for_selector("#token-panel[data-token='3']", timeout=10_000)
+    pw.wait_for_selector("#token-panel[data-token='3']")
     for grid in ("#grid-row", "#grid-col"):
         assert pw.locator(f"{grid} .cell[data-layer='0']").text_content() == NO_MAP
         assert pw.locator(f"{grid} .cell[data-layer='1']").count() == H

@@ -34,20 +34,20 @@ def built_8bit(model):
 
 def ready(open_page, page):
     loaded = open_page(page.path, viewport=(1400, 1000))
-    loaded.page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    loaded.page.wait_for_selector("body[data-ready='1']")
     return loaded
 
 
 def drawn(pw_page, l: int, h: int) -> None:
     """Wait until the map of head (l, h) is on the canvas (maps decode asynchronously)."""
-    pw_page.wait_for_selector(f"#map[data-layer='{l}'][data-head='{h}']", state="attached", timeout=10_000)
+    pw_page.wait_for_selector(f"#map[data-layer='{l}'][data-head='{h}']", state="attached")
 
 
 def redrawn(pw_page, action) -> None:
     """Run `action` and wait for the map to be drawn again."""
     before = int(pw_page.locator("#map").get_attribute("data-draws"))
     action()
-    pw_page.wait_for_function(f"() => +document.getElementById('map').dataset.draws > {before}", timeout=10_000)
+    pw_page.wait_for_function(f"() => +document.getElementById('map').dataset.draws > {before}")
 
 
 def hover_cell(pw_page, t: int, k: int) -> dict:
@@ -140,7 +140,7 @@ def test_token_strip_shows_where_a_token_attends_across_heads(open_page, built):
     drawn(pw_page, 0, 0)
     s = 12
     pw_page.click(f".tok[data-t='{s}']")
-    pw_page.wait_for_selector(f"#token-panel[data-token='{s}']", timeout=10_000)
+    pw_page.wait_for_selector(f"#token-panel[data-token='{s}']")
     assert pw_page.locator("#token-panel").is_visible()
     # The strip is shaded by the current head's (0, 0) row s; each token's title holds the value.
     for k in (0, 4, s):
@@ -197,7 +197,7 @@ def test_token_text_is_never_parsed_as_html(open_page, model):
     assert "<unk>" in pw_page.locator("#tokens").text_content()  # the tokenizer's unknown token, shown as text
     for t in (1, 2, 9):
         pw_page.click(f".tok[data-t='{t}']")
-        pw_page.wait_for_selector(f"#token-panel[data-token='{t}']", timeout=10_000)
+        pw_page.wait_for_selector(f"#token-panel[data-token='{t}']")
     for layer in range(2):
         for head in range(4):
             pw_page.click(f"#grid .cell[data-layer='{layer}'][data-head='{head}']")
@@ -256,7 +256,7 @@ def test_viewer_opens_on_the_strongest_sink_with_a_readable_scale_and_the_map_fi
     assert expected == (1, 2)
     loaded = open_page(tmp_path / "sink.html", viewport=(1280, 900))
     pw_page = loaded.page
-    pw_page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    pw_page.wait_for_selector("body[data-ready='1']")
     drawn(pw_page, *expected)
     title = pw_page.locator("#map-title").text_content()
     assert title.startswith("Layer 1, head 2: sink") and "dense" not in title
@@ -292,7 +292,7 @@ def test_markup_in_a_model_name_and_non_finite_numbers_give_a_working_page(open_
     assert "NaN" not in payload and "Infinity" not in payload and "<" not in payload  # (the maps are base64)
     loaded = open_page(tmp_path / "odd.html")
     pw_page = loaded.page
-    pw_page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    pw_page.wait_for_selector("body[data-ready='1']")
     drawn(pw_page, 1, 2)
     assert name in pw_page.locator("h1").text_content() and name in pw_page.title()
     assert pw_page.evaluate("() => JSON.parse(document.getElementById('data').textContent).model.name") == name

@@ -56,7 +56,7 @@ def test_zoom_at_256_tokens_labels_every_token_and_keeps_hover_exact(open_page, 
     attn = eager_attention(model, LONG, seq_len=256)[1]
     loaded = open_page(page.path, viewport=(1280, 900))
     pw_page = loaded.page
-    pw_page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+    pw_page.wait_for_selector("body[data-ready='1']")
     canvas = pw_page.locator("#map")
     fit = int(canvas.get_attribute("data-cell"))
     assert fit <= 3 and int(canvas.get_attribute("data-labels")) < 256 // 4  # the fitted map: small, sparse labels
@@ -91,7 +91,7 @@ def test_key_list_quotes_punctuation_and_shows_whitespace(open_page, model, tmp_
     hand_made_page(model, tmp_path / "keys.html", edit)
     loaded = open_page(tmp_path / "keys.html")
     pw_page = loaded.page
-    pw_page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+    pw_page.wait_for_selector("body[data-ready='1']")
     drawn(pw_page, 1, 2)
     keys = pw_page.locator("#head-info .key").all_text_contents()
     assert keys[0].startswith("“,” (pos 5) 0.400") and keys[1].startswith("“·” (pos 6)"), keys

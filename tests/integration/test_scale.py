@@ -63,7 +63,7 @@ def test_two_process_torchrun_equals_one_process(tiny, tmp_path):
               "--batch-size", "2", "--geometry-cap", "40", "--smoothing"]  # smoothing merges like the rest
     single = analyze_cli(*common, "--out", str(tmp_path / "single"))
     assert single.wait(timeout=HANG_GUARD) == 0, single.stderr.read()
-    launcher = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533")
+    launcher = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone")  # a free port
     parallel = analyze_cli(*common, "--out", str(tmp_path / "parallel"), launcher=launcher)
     assert parallel.wait(timeout=HANG_GUARD) == 0, parallel.stderr.read()
     assert_same_run(tmp_path / "single", tmp_path / "parallel")

@@ -1,19 +1,44 @@
-"""Waiting in tests that drive real processes: on a file a child writes or on its exit, never on a guess of how
-long the work takes. `HANG_GUARD` only ends a test that would otherwise hang forever (a bug); it is far above what
-any of these steps takes on two cores under a load of 10, so a slow machine never reaches it."""
+"""Waiting in tests that drive real processes or a real browser: on a file a child writes, on its exit or on an
+element a page sets when it is ready, never on a guess of how long the work takes. A guard only ends a test that would
+otherwise hang forever (a bug); each is far above what any of these steps takes on two cores under a load of 10, so a
+slow machine never reaches it, and `SINKSCOPE_TEST_TIMEOUT_SCALE` (default 1) multiplies every guard for a machine
+slower still.
+
+The few tests that check a speed the issue promises (a cached model load, `reproduce --quick`, a page's time to
+ready) measure what the load does not change: the CPU seconds of the work (`cpu_seconds`), or, for the browser's
+own clock, a bound scaled by the machine's load (`load_slowdown`)."""
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import time
 from pathlib import Path
 
-HANG_GUARD = 600.0  # seconds
+SCALE = float(os.environ.get("SINKSCOPE_TEST_TIMEOUT_SCALE", "1"))
+HANG_GUARD = 600.0 * SCALE  # seconds: a child process's step, a build, an install
+# milliseconds: Playwright's waits for a page's ready element (a page is ready in about 2 s on two quiet cores)
+PAGE_GUARD_MS = 120_000 * SCALE
 
 # A line for a child's script: block until a signal ends the process (SIGINT's or sinkscope's SIGTERM handler raises
 # KeyboardInterrupt out of the sleep; SIGKILL just ends it). A sleep of fixed length could run out on a slow machine
 # before the test sends its signal, and the child would then finish normally.
 BLOCK_UNTIL_SIGNALLED = "while True: time.sleep(60)"
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process's threads and by its children that have ended: the
+    work done, which other processes on the machine do not lengthen (wall-clock time under a load of 10 is 5 times
+    longer). Take a difference around the work."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def load_slowdown() -> float:
+    """`max(1, (load + 1) / cpus)` with the 1-minute load average: how much longer one thread's step takes now than
+    on a quiet machine, when it shares the CPUs evenly with `load` other runnable threads."""
+    return max(1.0, (os.getloadavg()[0] + 1) / len(os.sched_getaffinity(0)))
 
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = HANG_GUARD) -> None:

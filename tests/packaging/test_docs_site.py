@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from integration.waiting import HANG_GUARD
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,7 +21,7 @@ def test_docs_site_builds_strict_with_formulas_and_api(tmp_path):
     pytest.importorskip("mkdocstrings_handlers.python")
     site = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=HANG_GUARD)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "WARNING" not in done.stderr, done.stderr[-3000:]
     pages = sorted(p.relative_to(ROOT / "docs").with_suffix(".html") for p in (ROOT / "docs").rglob("*.md"))

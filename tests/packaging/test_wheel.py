@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import sinkscope
+from integration.waiting import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parents[2]
 SDIST_EXTRAS = ("LICENSE", "README.md", "CHANGELOG.md", "CITATION.cff", "pyproject.toml")
@@ -62,7 +63,7 @@ def venv(dist, tmp_path_factory) -> Path:
 def _run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", HF_HUB_OFFLINE="1")
-    result = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_GUARD)
     assert result.returncode == 0, f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result
 

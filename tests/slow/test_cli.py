@@ -6,12 +6,14 @@ import sys
 
 import pytest
 
+from integration.waiting import HANG_GUARD
+
 pytestmark = pytest.mark.slow
 
 
 def sinkscope(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sinkscope.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+                          cwd=cwd, timeout=HANG_GUARD)
 
 
 def test_analyze_and_report(tmp_path):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from integration.waiting import HANG_GUARD
+
 pytestmark = pytest.mark.slow
 NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "tutorial.ipynb"
 
@@ -17,7 +19,7 @@ def test_tutorial_notebook_executes(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     assert not any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")  # stored clean
-    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+    nbclient.NotebookClient(notebook, timeout=HANG_GUARD, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
     outputs = [cell.outputs for cell in notebook.cells if cell.cell_type == "code"]
 

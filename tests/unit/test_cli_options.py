@@ -247,10 +247,10 @@ def test_distributed_context_alone_joins_nothing(monkeypatch):
         assert (group.rank, group.world, group.device) == (0, 1, "cuda") and not dist.is_initialized()
 
 
-def test_distributed_context_joins_and_leaves_the_torchrun_group(tmp_path):
+def test_distributed_context_joins_and_leaves_the_torchrun_group(tmp_path, free_port):
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank, args=(29547, str(tmp_path)), nprocs=2)
+    mp.spawn(_rank, args=(free_port, str(tmp_path)), nprocs=2)
     got = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
     for rank, seen in enumerate(got):
         assert seen == {"rank": rank, "world": 2, "device": "cpu", "sum": 3.0, "inside": True, "after": False,

@@ -125,7 +125,8 @@ def test_a_statistic_round_trips_and_refuses_a_state_without_its_sums():
 def _rank(rank: int, path: str) -> None:
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29564", rank=rank, world_size=2)
+    # a file store beside the result: no port, which another run of this test at the same time could hold
+    dist.init_process_group("gloo", init_method=f"file://{path}.store", rank=rank, world_size=2)
     try:
         generator = torch.Generator().manual_seed(rank)
         x = torch.randn(7 + rank, 4, generator=generator, dtype=torch.float64) + 10 * (rank + 1)
