@@ -156,6 +156,14 @@ def test_kv_plan_eval_length_at_its_minimum_and_one_below():
     config.check_lengths(9, 0, 3)  # no sinks: the copy starts at a = 1, one position earlier
 
 
+@pytest.mark.xfail(strict=True, reason="the refusal advises --seq-len ≥ span + a + recent + 2, one more than needed")
+def test_kv_plan_eval_refusal_names_the_shortest_length_that_passes():
+    """span 4, sink 2, recent 3: T = 10 passes (previous test), so the refusal of T = 9 should advise 10, not 11. Fix:
+    `{self.span + start + recent_size + 1}` in `EvalConfig.check_lengths`'s message."""
+    with pytest.raises(SinkscopeError, match="use --seq-len ≥ 10$"):
+        EvalConfig(span=4).check_lengths(9, 2, 3)
+
+
 def test_memory_share_when_the_streaming_window_reaches_the_whole_window_and_one_short_of_it():
     """1 full KV head of 4 at T = 6: a streaming head keeps min(6, sink + recent) keys, so sink + recent = 7 or 6 keep
     everything (share 1) and 5 keeps 5 of 6: (6 + 3·5) / 24 = 7/8. Killed by dropping the `min(seq_len, …)`."""
