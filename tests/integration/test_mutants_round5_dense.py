@@ -4,7 +4,6 @@ refusals at their cuts, `run_dense`'s meta and `save_dense`'s files read back (m
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import time
@@ -16,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tests.integration.test_dense_attention import BOS, VOCAB, _llama
-from tests.integration.test_mutants_round5_eviction import page_settings
+from tests.integration.test_mutants_round5_eviction import page_parts, page_settings
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -157,13 +156,13 @@ def test_run_meta_and_saved_files(tmp_path):
     assert page_settings(out / "report.html") == {
         "model": "tiny-llama", "corpus": "hand-made ids", "T": str(T), "windows": "2", "λ (cosine)": "0.5, 1.0",
         "λ (loss)": "1.0", "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
-    page = html.unescape((out / "report.html").read_text())
-    assert "<title>sinkscope dense: tiny-llama</title>" in page and "Uniform attention inside the model" in page
-    assert "Each head's (or layer's) attention replaced inside the real forward pass" in page
-    for caption in ("Heads per predicted regime (dense_regimes.parquet)",
-                    "Per layer, all heads mixed (dense_layers.parquet)",
-                    "Per head; head −1 = the whole layer (dense_heads.parquet)"):  # fmt: skip
-        assert f"<h2>{caption}</h2>" in page
+    parts = page_parts(out / "report.html")
+    assert parts["title"] == "sinkscope dense: tiny-llama" and parts["captions"] == ["Uniform attention inside the model"]
+    assert parts["intro"].startswith("Each head's (or layer's) attention replaced inside the real forward pass by")
+    assert parts["intro"].endswith("beside the regime its traces b, c predict. Definitions in docs/experiments.md.")
+    assert parts["headings"][:3] == ["Heads per predicted regime (dense_regimes.parquet)",
+                                     "Per layer, all heads mixed (dense_layers.parquet)",
+                                     "Per head; head −1 = the whole layer (dense_heads.parquet)"]  # fmt: skip
     with pytest.raises(SinkscopeError):
         save_dense(out, result)
     save_dense(out, result, overwrite=True)

@@ -27,6 +27,7 @@ from sinkscope.pipelines.eviction import (
     save_eviction,
     summarize,
 )
+from sinkscope.report import eviction_section
 
 T, W = 10, 4
 
@@ -43,6 +44,15 @@ def page_settings(path) -> dict[str, str]:
     page = html.unescape(path.read_text())
     settings = page.split("<table>")[1].split("</table>")[0]
     return dict(re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td></tr>", settings))
+
+
+def page_parts(path) -> dict:
+    """A result page's title, intro, figure captions and table headings, each whole (`results.html.j2`)."""
+    page = html.unescape(path.read_text())
+    return {"title": re.search(r"<title>(.*?)</title>", page).group(1),
+            "intro": re.search(r"</h1>\n<p>(.*?)</p>", page, re.S).group(1),
+            "captions": re.findall(r"<figcaption>(.*?)</figcaption>", page),
+            "headings": re.findall(r"<h2>(.*?)</h2>", page)}  # fmt: skip
 
 
 def _ids() -> torch.Tensor:
@@ -170,7 +180,7 @@ def test_a_keep_mask_of_the_wrong_size_is_refused_and_none_outside_the_block():
     assert lm.model.config._attn_implementation == "sdpa"
 
 
-def test_run_meta_and_saved_files(tmp_path):
+def test_run_meta_and_saved_files(tmp_path, monkeypatch):
     lm = _llama()
     lm = type(lm)(model=lm.model, tokenizer=None, family=lm.family, identity={"name": "tiny-llama"})
     config = EvictConfig(window=W, ks=(0, 1))
@@ -181,18 +191,28 @@ def test_run_meta_and_saved_files(tmp_path):
     assert meta["corpus"] == {"source": "hand-made ids", "n_windows": 2} and meta["seq_len"] == T
     assert meta["positions"].startswith("absolute (RoPE of the original position kept")
     assert 0 < meta["timings"]["seconds"] <= elapsed
+    drawn = []
+
+    def spy(frame, window):
+        drawn.append(window)
+        return original(frame, window)
+
+    original = eviction_section.eviction_figure
+    monkeypatch.setattr(eviction_section, "eviction_figure", spy)
     out = save_eviction(tmp_path / "ev", losses, summary, meta)
+    assert drawn == [W]  # the figure marks the recent window w
     pd.testing.assert_frame_equal(pd.read_parquet(out / "eviction.parquet"), losses)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "eviction_summary.parquet"), summary)
     assert json.loads((out / "eviction.json").read_text()) == json.loads(json.dumps(meta, default=str))
     assert (out / "figures" / "eviction.png").read_bytes()[:4] == b"\x89PNG"
-    page = html.unescape((out / "report.html").read_text())
     assert page_settings(out / "report.html") == {"model": "tiny-llama", "corpus": "hand-made ids", "windows": "2", "T": str(T),
                         "recent window w": str(W), "positions": meta["positions"],
                         "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
-    assert "<title>sinkscope evict: tiny-llama</title>" in page
-    assert "Next-token loss (nats/token, targets of queries t ≥ w)" in page and "docs/experiments.md" in page
-    assert "Loss change against the full cache" in page and "<h2>Per policy and k (eviction_summary.parquet)</h2>" in page
+    parts = page_parts(out / "report.html")
+    assert parts["title"] == "sinkscope evict: tiny-llama" and parts["captions"] == ["Loss change against the full cache"]
+    assert parts["intro"].startswith("Next-token loss (nats/token, targets of queries t ≥ w) when each query keeps")
+    assert parts["intro"].endswith("paired over windows, with 95 % intervals. Definitions in docs/experiments.md.")
+    assert parts["headings"][0] == "Per policy and k (eviction_summary.parquet)"
     with pytest.raises(SinkscopeError):  # an existing result is kept unless overwrite is asked for
         save_eviction(out, losses, summary, meta)
     save_eviction(out, losses, summary, meta, overwrite=True)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tests.integration.test_mutants_round5_eviction import page_settings
+from tests.integration.test_mutants_round5_eviction import page_parts, page_settings
 from tests.integration.test_prevalence import BOS, VOCAB, _lm, brute_class
 
 from sinkscope.errors import SinkscopeError
@@ -88,8 +88,11 @@ def test_window_and_head_tables_against_loops(tmp_path):
     assert page_settings(out / "report.html") == {"model": "tiny-llama", "corpus": "hand-made ids", "windows": "5",
                                                   "ε": "0.15", "seconds": f"{meta['timings']['seconds']:.1f}"}
     page = (out / "report.html").read_text()
-    assert "<title>sinkscope prevalence: tiny-llama</title>" in page and "Head classes by layer" in page
-    assert "Share of heads in each class, each head classified in each window" in page
+    parts = page_parts(out / "report.html")
+    assert parts["title"] == "sinkscope prevalence: tiny-llama" and parts["captions"] == ["Head classes by layer"]
+    assert parts["intro"] == ("Share of heads in each class, each head classified in each window; mean over windows "
+                              "with a 95 % interval. Definitions in docs/experiments.md.")
+    assert parts["headings"][:2] == ["Whole model (prevalence.parquet, layer −1)", "Per layer (prevalence.parquet)"]
     whole = page.split("<h2>Whole model (prevalence.parquet, layer −1)</h2>")[1].split("</table>")[0]
     per_layer = page.split("<h2>Per layer (prevalence.parquet)</h2>")[1].split("</table>")[0]
     assert whole.count("<tr>") == 1 + 5 and per_layer.count("<tr>") == 1 + 2 * 5  # header + rows

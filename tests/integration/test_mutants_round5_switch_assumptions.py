@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tests.integration.test_mutants_round5_eviction import page_settings
+from tests.integration.test_mutants_round5_eviction import page_parts, page_settings
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from sinkscope.errors import SinkscopeError
@@ -111,13 +111,15 @@ def test_offenders_layers_categories_and_meta_against_loops(tmp_path):
         "model": "tiny-llama", "corpus": "hand-made ids", "windows": "3", "tau": "0.5", "delta": "0.6",
         "min_distance": "0.05", "rank_rtol": "0.0001", "bootstrap": "50", "seed": "3",
         "seconds": f"{meta['timings']['seconds']:.1f}"}  # fmt: skip
-    page = (out / "report.html").read_text()
-    assert "<title>sinkscope switch-assumptions: tiny-llama</title>" in page
-    assert "Assumptions and agreement by layer" in page and "the agreement P(hard sink | switched off)" in page
-    for caption in ("Agreement conditioned on the assumptions (switch_conditioned.parquet)",
-                    "Switched-off queries that are not hard sinks (switch_categories.parquet)",
-                    "Per layer (switch_layers.parquet)"):  # fmt: skip
-        assert f"<h2>{caption}</h2>" in page
+    parts = page_parts(out / "report.html")
+    assert parts["title"] == "sinkscope switch-assumptions: tiny-llama"
+    assert parts["captions"] == ["Assumptions and agreement by layer"]
+    assert parts["intro"].startswith("The switch theorem's assumptions (full-rank contexts, BOS outside their span)")
+    assert parts["intro"].endswith("what the switched-off queries that are not hard sinks attend to. Definitions in "
+                                   "docs/experiments.md.")  # fmt: skip
+    assert parts["headings"][:3] == ["Agreement conditioned on the assumptions (switch_conditioned.parquet)",
+                                     "Switched-off queries that are not hard sinks (switch_categories.parquet)",
+                                     "Per layer (switch_layers.parquet)"]  # fmt: skip
     with pytest.raises(SinkscopeError):
         save_switch_assumptions(out, result)
     save_switch_assumptions(out, result, overwrite=True)
