@@ -163,6 +163,10 @@ def test_switch_masks_by_hand():
     assert scale[0, 1].tolist() == pytest.approx([0.0, 2.5, 2.0])  # mean of the norms of keys j ≤ t
     # ||o_1|| = 0.1·5 = 0.5 ≤ 0.2·2.5; ||o_2|| = |(0.9 + 0.5, 1.2)| ≈ 1.84 > 0.4; ||o_0|| = 0 ≤ 0
     assert off[0, 1].tolist() == [True, True, False] and sink[0, 0].tolist() == [True, True, False]
+    _, at_cut, _ = switch_masks(attn, values, 1, tau=0.2, delta=0.25)  # A[2,0] = 0.2; A[1,0] = 0.9; cut 0.75
+    _, exact, _ = switch_masks(torch.tensor([[[[1.0, 0], [0.75, 0.25]]]], dtype=torch.float64), values[..., :2, :], 1,
+                               tau=0.2, delta=0.25)  # fmt: skip
+    assert at_cut[0, 0].tolist() == [True, True, False] and exact[0, 0].tolist() == [True, True]  # A[t,0] = 1 − δ
 
 
 def test_layer_and_category_tables_of_hand_made_cells(monkeypatch):
