@@ -35,8 +35,8 @@ def test_the_layer_stride_is_recorded_only_when_some_layers_were_not_solved():
         records = cost_real_verdict("m", WINS, [8, 16, 32], layers=layers, depth=6).sensitivity
         return [r["not_varied"] for r in records if r["threshold"] == "layer_stride"]
 
-    assert len(reason([0, 3])) == 1 and reason([0, 3])[0].startswith("layers 0, 3 of 6 were solved (every 3")
-    assert reason([0])[0].startswith("layers 0 of 6 were solved (every 6th)")
+    assert len(reason([0, 3])) == 1 and reason([0, 3])[0].startswith("layers 0, 3 of 6 were solved (one in 3)")
+    assert reason([0])[0].startswith("layers 0 of 6 were solved (one in 6)")
     assert reason(list(range(6))) == []
 
 

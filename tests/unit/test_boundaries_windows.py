@@ -156,7 +156,6 @@ def test_kv_plan_eval_length_at_its_minimum_and_one_below():
     config.check_lengths(9, 0, 3)  # no sinks: the copy starts at a = 1, one position earlier
 
 
-@pytest.mark.xfail(strict=True, reason="the refusal advises --seq-len ≥ span + a + recent + 2, one more than needed")
 def test_kv_plan_eval_refusal_names_the_shortest_length_that_passes():
     """span 4, sink 2, recent 3: T = 10 passes (previous test), so the refusal of T = 9 should advise 10, not 11. Fix:
     `{self.span + start + recent_size + 1}` in `EvalConfig.check_lengths`'s message."""

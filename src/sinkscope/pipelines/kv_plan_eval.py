@@ -68,7 +68,7 @@ class EvalConfig:
         if P - start - 1 < recent_size or P - 1 <= recent_size:
             raise SinkscopeError(f"--seq-len {seq_len} leaves the copied span (--span {self.span}) within "
                                  f"--recent-size {recent_size} of its copy: use --seq-len ≥ "
-                                 f"{self.span + start + 1 + recent_size + 1}")  # fmt: skip
+                                 f"{self.span + start + 1 + recent_size}")  # fmt: skip
 
 
 def plan_masks(full: np.ndarray, group: int, seq_len: int, sink_size: int, recent_size: int) -> Tensor:

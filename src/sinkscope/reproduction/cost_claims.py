@@ -41,7 +41,7 @@ def cost_closed_forms_verdict(model: str, sink_exponent: float, diagonal_exponen
 COST_REAL = {"losing_pair_tol": 0.2, "partly_frac": 0.5}
 
 
-LAYER_STRIDE_REASON = ("layers {layers} of {depth} were solved (every {stride}th): an exact program at T = 32 "
+LAYER_STRIDE_REASON = ("layers {layers} of {depth} were solved (one in {stride}): an exact program at T = 32 "
                        "takes ~30 s on a loaded CPU, so every layer of every window at every T would take hours")  # fmt: skip
 
 
