@@ -148,3 +148,17 @@ def test_a_stored_file_changed_in_place_at_the_same_size_makes_the_section_stale
         "again")
     (tmp_path / "a.csv").write_text("abc")  # the same bytes again: fresh
     assert files.is_fresh(tmp_path, key)
+
+
+def test_the_stamp_joins_the_ownership_record_laid_out_as_every_marker(tmp_path):
+    from sinkscope.ownership import MARKER, write_marker
+
+    (tmp_path / "a.csv").write_text("x")
+    write_marker(tmp_path, "reproduce-section")
+    before = json.loads((tmp_path / MARKER).read_text())
+    files.write_key(tmp_path, {"a": 1})
+    text = (tmp_path / MARKER).read_text()
+    # the record gains the stamp's name, nothing else changes, and it keeps the one-space layout write_marker uses
+    assert json.loads(text) == before | {"entries": ["a.csv", "reproduce-key.json"]}
+    assert text == json.dumps(before | {"entries": ["a.csv", "reproduce-key.json"]}, indent=1)
+    assert text.startswith('{\n "')
