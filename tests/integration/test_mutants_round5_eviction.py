@@ -21,6 +21,7 @@ from sinkscope.pipelines.eviction import (
     EvictConfig,
     evaluate,
     keep_mask,
+    kept_sets,
     paired,
     restricted_attention,
     run_eviction,
@@ -219,3 +220,13 @@ def test_run_meta_and_saved_files(tmp_path, monkeypatch):
     unnamed = save_eviction(tmp_path / "unnamed", losses, summary, {**meta, "model": {}, "corpus": None})
     settings = page_settings(unnamed / "report.html")
     assert (settings["model"], settings["corpus"]) == ("unnamed model", "–")
+
+
+def test_kept_sets_by_hand():
+    mass = torch.tensor([[5.0, 1.0, 3.0, 4.0], [2.0, 6.0, 1.0, 0.5]])
+    sets = kept_sets(EvictConfig(window=2, ks=(2, 1)), mass)  # no k = 0: no `recent` row
+    assert [(policy, k, kept.tolist()) for policy, k, kept in sets] == [
+        ("first", 1, [[0], [0]]), ("top-mass", 1, [[0], [1]]),
+        ("first", 2, [[0, 1], [0, 1]]), ("top-mass", 2, [[0, 3], [0, 1]])]  # fmt: skip
+    with_recent = kept_sets(EvictConfig(window=2, ks=(0,)), mass)
+    assert [(policy, k, tuple(kept.shape)) for policy, k, kept in with_recent] == [("recent", 0, (2, 0))]
