@@ -84,6 +84,17 @@ def test_kernel_block_edges_and_a_long_window():
     torch.testing.assert_close(lse.double(), expected["lse"], atol=1e-5, rtol=1e-5)
 
 
+def test_a_nan_logit_reaches_the_output_and_the_readout():
+    """A NaN key (say from NaN weights) must not turn into a finite probability in the rows that see it: the feed's
+    non-finite check reads the output norms and the entropy. One NaN logit per row, inside the 8-lane sweeps."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(1, 2, 40, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g)
+    k[0, 1, 5, 3] = float("nan")  # key 5 of head 1: one NaN logit in each of its rows t ≥ 5
+    out, rows, _ = fused_cpu.compiled_parts(q, k, v, 0.25)
+    assert out[0, 5:, 1].isnan().all() and rows.out_norms[0, 1, 5:].isnan().all() and rows.entropy[0, 1].isnan()
+    assert not out[0, :5, 1].isnan().any() and not out[0, :, 0].isnan().any()  # the rows before it, the other head
+
+
 def test_routing_takes_the_compiled_kernel_for_plain_causal_cpu_attention_only():
     q, v = torch.zeros(1, 2, 8, 4), torch.zeros(1, 1, 8, 4)
     assert attention.attention_path(q, v, None, None) == "compiled"

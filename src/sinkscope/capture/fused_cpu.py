@@ -50,9 +50,10 @@ typedef void (*sgemm_t)(const char*, const char*, const int*, const int*, const 
 
 #ifdef ROWS_AVX2
 // exp(x) for float lanes (Cephes' expf: range reduction by ln 2, degree-5 polynomial; relative error ~1e-7);
-// x below -88.37 gives 0.
+// x below -88.37 gives 0. A NaN stays NaN (min/max return their second operand when either is NaN), so a NaN logit
+// reaches the layer's output and the feed's non-finite check.
 static inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-88.3762626647949f));
+  x = _mm256_max_ps(_mm256_set1_ps(-88.3762626647949f), _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x));
   __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
   x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
   x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
