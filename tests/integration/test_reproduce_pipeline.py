@@ -35,7 +35,7 @@ def test_reproduce_writes_every_claim_and_reuses_finished_sections(tiny_model, t
     lab = pd.DataFrame([{"setting": f"s{side}{i}", "predicted": side, "seed": seed, "pattern": side, "bos_mass": 0.9,
                          "diag_mass": 0.1, "steps": 10} for side in ("diagonal", "sink") for i in range(2)
                         for seed in range(3)])  # fmt: skip
-    monkeypatch.setattr(boundary_runs, "run_boundary", lambda out_dir, progress=None: lab)
+    monkeypatch.setattr(boundary_runs, "run_boundary", lambda out_dir, progress=None, workers=1: lab)
     boundary_lab(ReproduceConfig(), out)
     first = reproduce(config, out)
     records = json.loads((out / "verdicts.json").read_text())

@@ -1,6 +1,6 @@
-"""`reproduce` trains the regime map's runs in parallel worker processes where the CPUs are free
-(`regime_section.regime_workers`), and parallel training gives the map that serial training gives: every run's
-numbers but its wall-clock seconds, run by run, on a tiny grid."""
+"""`reproduce` trains the regime map's runs and the boundary lab's in parallel worker processes where the CPUs are
+free (`regime_section.regime_workers`), and parallel training gives what serial training gives: every run's numbers
+but its wall-clock seconds, run by run, on a tiny grid."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from sinkscope.reproduction.config import ReproduceConfig
 from sinkscope.reproduction.regime_section import regime_runs
 from sinkscope.synthetic import regimes
+from sinkscope.synthetic.boundary_runs import BoundarySetting, run_boundary
 from sinkscope.synthetic.regimes import REGIME_BASE, RegimeGrid, run_regimes
 from sinkscope.synthetic.train import RunConfig
 
@@ -29,6 +30,14 @@ def test_parallel_workers_train_the_serial_map(tmp_path):
     pd.testing.assert_frame_equal(serial.drop(columns=drop), parallel.drop(columns=drop))
     cells = [pd.read_parquet(tmp_path / name / "regime_cells.parquet") for name in ("serial", "parallel")]
     pd.testing.assert_frame_equal(*cells)
+
+
+def test_parallel_workers_train_the_serial_boundary_lab(tmp_path):
+    settings = (BoundarySetting(8, 4, 4), BoundarySetting(8, 3, 8))
+    serial = run_boundary(tmp_path / "serial", settings, seeds=(0,), steps=4)
+    parallel = run_boundary(tmp_path / "parallel", settings, seeds=(0,), steps=4, workers=2)
+    assert len(serial) == 2 and serial["copy_acc"].nunique() > 1  # two distinct runs
+    pd.testing.assert_frame_equal(serial.drop(columns="seconds"), parallel.drop(columns="seconds"))
 
 
 @pytest.mark.parametrize(("threads", "workers"), [(1, 1), (2, 2), (64, 12)])

@@ -128,7 +128,7 @@ def test_reproduce_trains_the_boundary_lab_once_and_not_under_quick(tmp_path, mo
 
     calls = []
 
-    def fake_run(out_dir, progress=None):
+    def fake_run(out_dir, progress=None, workers=1):
         calls.append(out_dir)
         return runs([["diagonal"] * 3] * 2, [["sink"] * 3] * 2).assign(seed=0)
 

@@ -307,10 +307,14 @@ def boundary_lab(config: ReproduceConfig, out: Path) -> dict:
     if config.quick or not config.regimes:
         return {"reason": "the lab is not trained on the cost boundary under --quick nor with regimes=False (12 "
                 "small models, a few CPU-minutes); run without them"}  # fmt: skip
+    from sinkscope.reproduction.regime_section import regime_workers
+
     n = len(BOUNDARY_SETTINGS) * len(BOUNDARY_SEEDS)
-    log(f"regimes: training {n} bigram-backcopy models across the predicted cost boundary")
+    workers = regime_workers(n)
+    log(f"regimes: training {n} bigram-backcopy models across the predicted cost boundary, {workers} at once")
     with swapped_directory(directory) as staging:
-        runs = run_boundary(staging / "runs", progress=lambda line: log(f"regimes: boundary: {line}"))
+        runs = run_boundary(staging / "runs", progress=lambda line: log(f"regimes: boundary: {line}"),
+                            workers=workers)  # fmt: skip
         runs.to_parquet(staging / "boundary_runs.parquet", index=False)
     write_key(directory, key)
     return {"runs": runs}

@@ -86,19 +86,34 @@ def boundary_row(setting: BoundarySetting, seed: int, summary: dict, steps: int)
             "copy_acc": summary["copy_acc"], "steps": steps, "seconds": summary["seconds"]}  # fmt: skip
 
 
+def _train(config: RunConfig, run_dir: Path) -> dict:
+    return train_bb(config, run_dir, overwrite=True, log=False)
+
+
 def run_boundary(out_dir: Path | str, settings: tuple[BoundarySetting, ...] = BOUNDARY_SETTINGS,
                  seeds: tuple[int, ...] = BOUNDARY_SEEDS, steps: int = BOUNDARY_STEPS,
-                 progress: Callable[[str], None] | None = None) -> pd.DataFrame:  # fmt: skip
-    """Train (or reuse) every (setting, seed) and return the table (module doc)."""
+                 progress: Callable[[str], None] | None = None, workers: int = 1) -> pd.DataFrame:  # fmt: skip
+    """Train (or reuse) every (setting, seed) and return the table (module doc); `workers` runs at once, each in its
+    own process (a run's numbers are its own: its seed, one thread)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from contextlib import nullcontext
+    from multiprocessing import get_context
+
     out_dir = Path(out_dir)
-    rows = []
-    for setting in settings:
-        for seed in seeds:
-            run_dir = out_dir / setting.name / f"seed_{seed}"
-            if (run_dir / "summary.json").is_file():
-                summary = json.loads((run_dir / "summary.json").read_text())
+    jobs = [(setting, seed, out_dir / setting.name / f"seed_{seed}") for setting in settings for seed in seeds]
+    todo = {run_dir: boundary_config(setting, seed, steps) for setting, seed, run_dir in jobs
+            if not (run_dir / "summary.json").is_file()}  # fmt: skip
+    parallel = workers > 1 and len(todo) > 1
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) if parallel else nullcontext() as pool:
+        pending = {run_dir: pool.submit(_train, config, run_dir) for run_dir, config in todo.items()} if pool else {}
+        rows = []
+        for setting, seed, run_dir in jobs:
+            if run_dir in pending:
+                summary = pending[run_dir].result()
+            elif run_dir in todo:
+                summary = _train(todo[run_dir], run_dir)
             else:
-                summary = train_bb(boundary_config(setting, seed, steps), run_dir, overwrite=True, log=False)
+                summary = json.loads((run_dir / "summary.json").read_text())
             rows.append(boundary_row(setting, seed, summary, steps))
             if progress is not None:
                 row = rows[-1]
