@@ -2,8 +2,8 @@
 published from them.
 
 `tests/data/reproduce-gemma3-270m/` holds what `sinkscope reproduce --models gemma3-270m --ablation-windows 8
---random-draws 20 --regimes-from runs/regimes` wrote for the embedded Gemma-3-270M (commit f601541; the verdicts
-docs/reproduction.md lists; `kv-plan/` added later by `sinkscope reproduce --models gemma3-270m --claims
+--random-draws 20 --regimes-from runs/regimes` wrote for the embedded Gemma-3-270M (commit f601541; the
+verdicts docs/reproduction.md listed before the default command's table replaced them; `kv-plan/` added later by `sinkscope reproduce --models gemma3-270m --claims
 kv_plan_measures --ablation-windows 8 --random-draws 20`): the section directories `gemma3-270m/*` (each with its
 `reproduce-key.json`; the sections' own figures and HTML pages left out), the model-free inputs `theory/` (cost
 closed forms, the predicted cost boundary, the boundary lab's runs), and in `published/` what the command published
