@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sinkscope.capture import fused_cpu
+
 GPU_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.py"
 
 
@@ -26,16 +28,17 @@ def test_quick_run_on_the_cpu_reports_every_method_and_layer(gpu_benchmark, tmp_
     assert gpu_benchmark.main(args) == 0
     report = json.loads(out.read_text())
     precisions, note = gpu_benchmark.precisions_here(list(gpu_benchmark.PRECISIONS))
+    route = "compiled" if fused_cpu.available() else "rows"
     assert [r["seq_len"] for r in report["results"]] == [8, 16] and report["skipped"] == []
     assert report["note"] == note
     for result in report["results"]:
         assert result["dtype"] == "bfloat16" and result["windows"] * result["seq_len"] == 32
         for name in ["floor", *(f"sinkscope {p}" for p in precisions), "eager"]:
             assert result[name]["tokens_per_second"] > 0 and result[name]["ratio"] > 0, name
-        for p in precisions:
-            assert result[f"sinkscope {p}"]["paths"] == "rows 0–1"  # the CPU's route for plain causal layers
+        for p in precisions:  # the CPU's route for plain causal layers: the compiled kernel where it builds
+            assert result[f"sinkscope {p}"]["paths"] == f"{route} 0–1"
     printed = capsys.readouterr().out
-    assert "| bfloat16 | 16 | 2 | sinkscope exact |" in printed and "rows 0–1" in printed
+    assert "| bfloat16 | 16 | 2 | sinkscope exact |" in printed and f"{route} 0–1" in printed
 
 
 def test_layer_paths_are_runs_over_the_first_forward_pass(gpu_benchmark):
