@@ -162,3 +162,18 @@ def test_the_stamp_joins_the_ownership_record_laid_out_as_every_marker(tmp_path)
     assert json.loads(text) == before | {"entries": ["a.csv", "reproduce-key.json"]}
     assert text == json.dumps(before | {"entries": ["a.csv", "reproduce-key.json"]}, indent=1)
     assert text.startswith('{\n "')
+
+
+def test_stratified_difference_without_spread_and_with_0_1_labels():
+    # one layer, sinks [1, 1] and others [0, 0]: difference 1 by hand; no spread within either class (sd = 0), so
+    # the standardised difference is NaN, answered without dividing by zero
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        diff, standardised, used = strata.stratified_difference(np.array([1.0, 1.0, 0.0, 0.0]),
+                                                                np.array([True, True, False, False]), np.zeros(4))
+    assert (diff, used) == (1.0, 1) and math.isnan(standardised)
+    # labels given as 0/1 mean the same classes as booleans: layer 0 sinks [3] vs [1, 2] (w = 2/3, diff 1.5), layer 1
+    # sinks [5, 7] vs [4] (w = 2/3, diff 2): pooled 1.75; squares 0.5 + 2, dof 1 + 1, sd = √1.25
+    values, layers = np.array([3.0, 1.0, 2.0, 5.0, 7.0, 4.0]), np.array([0, 0, 0, 1, 1, 1])
+    diff, standardised, used = strata.stratified_difference(values, np.array([1, 0, 0, 1, 1, 0]), layers)
+    assert diff == pytest.approx(1.75) and standardised == pytest.approx(1.75 / math.sqrt(2.5 / 2)) and used == 2
