@@ -9,24 +9,18 @@ import math
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from sinkscope.corpus.windows import TokenWindows, windows
 from sinkscope.errors import SinkscopeError
 from sinkscope.pipelines.eviction import EvictConfig, kept_sets
 from sinkscope.pipelines.kv_plan import far_mass
 from sinkscope.pipelines.kv_plan_eval import EvalConfig, memory_share, probe
-
-WORDS = ["<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g"]
+from unit.word_tokenizer import WORDS, word_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>")
+    return word_tokenizer()
 
 
 def _corpus(tmp_path, n: int) -> tuple[str, list[int]]:

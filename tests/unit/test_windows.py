@@ -5,23 +5,16 @@ import json
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from sinkscope.corpus.sources import documents
 from sinkscope.corpus.windows import TokenWindows, windows
 from sinkscope.errors import SinkscopeError
-
-WORDS = ["<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g"]
+from unit.word_tokenizer import WORDS, word_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    """A real (word-level) Hugging Face fast tokenizer; it adds no special tokens by itself."""
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>")
+    return word_tokenizer()
 
 
 def ids(words: str) -> list[int]:
