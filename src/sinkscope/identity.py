@@ -4,8 +4,8 @@ the same inputs' content (docs/reliability.md, "What a stored result's identity 
 Every reuse asks these functions: `reproduce`'s sections (`reproduction.sections.inputs`), `sweep` cells
 (`pipelines.sweep.cell_content`) and a `--resume` (the model identity recorded in the checkpoint's fingerprint);
 each reaches the model's through `models.load.weights_identity`, which adds the sha256 an embedded model is pinned
-to. A train-bb grid run has no input files: its identity is its whole configuration (`config.json`,
-`synthetic.experiments.trained_with`), asked by `--grid FILE` and `--grid regimes` alike.
+to. A train-bb grid run's identity is its whole configuration and the sha256 of the text file its bigram is read from,
+if any (`config.json`, `synthetic.experiments.trained_with`), asked by `--grid FILE` and `--grid regimes` alike.
 
 * `model_identity(name)`: an embedded model is its name and the sha256 the release pins (checked on every load);
   a model folder or `.gguf` file is its resolved path and the sha256 of every file that decides its numbers

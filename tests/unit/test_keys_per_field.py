@@ -9,11 +9,15 @@ modification time kept), and `files.is_fresh` says which folders are stale. The 
 by hand from each section's compute function (which config fields and inputs it passes on), not from its key; a
 field added to `ReproduceConfig` without a `CHANGES` entry, or a section added to the plan without a `READS` row,
 fails here.
+
+A train-bb grid run (`synthetic.experiments.trained_with`, which `--grid FILE` and the regime map ask) is trained
+again when any one field of its task, model or training config changed, or the content of its bigram text file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -216,3 +220,79 @@ def test_a_model_free_section_is_stale_exactly_when_a_field_it_reads_changed(her
     changed = {} if field == "nothing" else {field: CHANGES[field]}
     expected = {name: fields.get(field, "reused") for name, fields in MODEL_FREE.items()}
     assert model_free_outcomes(config(**changed), out, monkeypatch, stamp=False) == expected
+
+
+# --- a train-bb grid run (`--grid FILE`, `--grid regimes`): reused only when trained with the same configuration
+# and bigram text. Each field of the task, model and training configs, changed alone, must train the run again.
+RUN_CHANGES = {"task.bigram_text": "bigram.txt", "task.p_copy": 0.5, "model.norm": "rmsnorm",
+               "model.norm_position": "post", "model.positional": "rope", "model.attention": "relu",
+               "model.init": "torch", "model.n_heads": 2, "train.beta2": 0.95}  # fmt: skip
+# The base (the defaults) of a field only some bases use: the stds of `init="scaled"`.
+RUN_BASES = {"model.init_std": {"model.init": "scaled"}, "model.embedding_init_std": {"model.init": "scaled"}}
+
+
+def run_fields() -> list[str]:
+    from sinkscope.synthetic.config import RunConfig
+
+    parts = ("task", "model", "train")
+    return [f"{part}.{f.name}" for part in parts for f in dataclasses.fields(getattr(RunConfig(), part))]
+
+
+def changed_value(field: str, value: object) -> object:
+    """`RUN_CHANGES[field]`, else another value of the same type: a flipped bool, an int + 1, a float × 2 (0: 0.5)."""
+    if field in RUN_CHANGES:
+        return RUN_CHANGES[field]
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 2 or 0.5
+    raise AssertionError(f"{field}: add a value to RUN_CHANGES")  # a new str field needs its case
+
+
+def recorded_run(directory: Path, config) -> Path:
+    """A finished run's folder holding the config.json `train_bb` writes for `config` (`train.config_record`)."""
+    from sinkscope.synthetic.train import config_record
+
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config_record(config), indent=2))
+    return directory
+
+
+@pytest.mark.parametrize("field", [*run_fields(), "nothing"])
+def test_a_train_bb_run_is_trained_again_exactly_when_one_field_of_its_configuration_changed(here, field):
+    from sinkscope.synthetic.config import RunConfig
+    from sinkscope.synthetic.experiments import trained_with
+
+    (here / "bigram.txt").write_text("abcabd")
+    base = RunConfig().with_overrides(RUN_BASES.get(field, {}))
+    run = recorded_run(here / "run", base)
+    if field == "nothing":
+        assert trained_with(run, RunConfig())
+        return
+    part, name = field.split(".")
+    before = getattr(getattr(base, part), name)
+    config = base.with_overrides({field: changed_value(field, before)})
+    assert getattr(getattr(config, part), name) != before
+    assert not trained_with(run, config)
+
+
+def test_a_train_bb_run_on_a_bigram_text_is_trained_again_when_only_the_texts_content_changed(here):
+    from sinkscope.synthetic.config import RunConfig
+    from sinkscope.synthetic.experiments import trained_with
+
+    text = here / "bigram.txt"
+    text.write_text("abcabd 1")
+    config = RunConfig().with_overrides({"task.bigram_text": str(text)})
+    run = recorded_run(here / "run", config)
+    assert trained_with(run, config)
+    rewrite_in_place(text, flip_digit)  # same path, size and modification time: only the bigram differs
+    assert not trained_with(run, config)
+    # a run without a text file, recorded with its (empty) inputs and as before they were recorded
+    plain = recorded_run(here / "plain", RunConfig())
+    assert trained_with(plain, RunConfig())
+    record = json.loads((plain / "config.json").read_text())
+    del record["inputs"]
+    (plain / "config.json").write_text(json.dumps(record))
+    assert trained_with(plain, RunConfig())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from sinkscope.errors import SinkscopeError
@@ -90,6 +91,15 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, dict[str, Any]]) -> RunConfig:
         return cls(GBBConfig(**data["task"]), TinyTransformerConfig(**data["model"]), TrainConfig(**data["train"]))
+
+    def inputs(self) -> dict[str, str]:
+        """The sha256 of the files the run reads (`identity.content_sha256`): `{"bigram_text": …}` when the task's
+        bigram is read from a text file that exists, else {}; a grid reuses a run only for the same content."""
+        if not self.task.bigram_text or not Path(self.task.bigram_text).expanduser().is_file():
+            return {}
+        from sinkscope.identity import content_sha256
+
+        return {"bigram_text": content_sha256(self.task.bigram_text)}
 
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """A copy with dotted overrides, e.g. {"model.attention": "relu", "train.weight_decay": 1.0}."""

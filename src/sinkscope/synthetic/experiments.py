@@ -177,8 +177,8 @@ def run_folders(grid: dict[str, dict[str, Any]]) -> dict[str, str]:
 
 
 def trained_with(run_dir: Path, config: RunConfig) -> bool:
-    """Whether the finished run in `run_dir` was trained with exactly `config` (its config.json, package versions
-    aside), so a grid may reuse it."""
+    """Whether the finished run in `run_dir` was trained with exactly `config` on files of the same content (its
+    config.json, package versions aside: `train.config_record`), so a grid may reuse it."""
     try:
         saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -186,7 +186,8 @@ def trained_with(run_dir: Path, config: RunConfig) -> bool:
     if not isinstance(saved, dict):
         return False
     saved.pop("versions", None)
-    return saved == json.loads(json.dumps(config.to_dict()))
+    inputs = saved.pop("inputs", {})  # a run recorded before its inputs were read none (no bigram text file)
+    return saved == json.loads(json.dumps(config.to_dict())) and inputs == config.inputs()
 
 
 def run_grid(

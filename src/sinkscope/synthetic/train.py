@@ -105,6 +105,12 @@ def _train_loop(
     return pd.DataFrame(rows), model
 
 
+def config_record(config: RunConfig) -> dict[str, Any]:
+    """What a run's config.json holds: the task, model and training configs, the sha256 of the files the run reads
+    (`RunConfig.inputs`, compared with the configs by `experiments.trained_with`) and the package versions."""
+    return {**config.to_dict(), "inputs": config.inputs(), "versions": package_versions()}
+
+
 def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: bool = True) -> dict[str, Any]:
     """Train one lab model on the gBB task and write its run directory (see module doc); returns the summary."""
     from sinkscope.synthetic.report_page import write_figures, write_report
@@ -118,7 +124,7 @@ def train_bb(config: RunConfig, out_dir: Path, overwrite: bool = False, log: boo
     started = time.perf_counter()
     try:
         with staged_directory(out_dir) as tmp:
-            (tmp / "config.json").write_text(json.dumps({**config.to_dict(), "versions": package_versions()}, indent=2))
+            (tmp / "config.json").write_text(json.dumps(config_record(config), indent=2))
             eval_batch = task.sample(config.train.eval_batch_size, torch.Generator().manual_seed(config.train.seed + 1))
             metrics, model = _train_loop(config, task, eval_batch, tmp, log)
             metrics.to_parquet(tmp / "metrics.parquet", index=False)
