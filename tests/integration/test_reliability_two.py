@@ -25,7 +25,14 @@ from sinkscope.cli.main import main
 
 from .test_reliability import interrupt_after_checkpoints
 from .tiny_checkpoint import save_tiny_llama, write_corpus
-from .waiting import BLOCK_UNTIL_SIGNALLED, HANG_GUARD, wait_for
+from .waiting import (
+    AS_A_FOREGROUND_JOB,
+    BLOCK_UNTIL_SIGNALLED,
+    HANG_GUARD,
+    catches,
+    launched_in_the_background,
+    wait_for,
+)
 
 TINY_BB = ["--steps", "4", "--eval-every", "2", "--layers", "1", "--heads", "1", "--d-model", "16", "--length", "9",
            "--vocab-size", "8", "--triggers", "2", "--batch-size", "4", "--set", "train.eval_batch_size=8",
@@ -186,6 +193,7 @@ def test_a_second_sweep_on_one_out_is_refused_and_a_corrupt_cell_is_one_line(tin
 # --- 3, 11. the checkpoint outlives the save; SIGTERM is Ctrl-C ------------------------------------------------
 
 SLOW_SAVE = (
+    f"{AS_A_FOREGROUND_JOB}\n"
     "import pathlib, sys, time\n"
     "import sinkscope.report.html as page\n"
     "def stuck(runs, path, figures_dir=None):\n"
@@ -199,27 +207,30 @@ SLOW_SAVE = (
 def test_sigint_or_sigterm_while_the_result_is_saved_keeps_the_checkpoint(tiny, tmp_path, capsys, no_report):
     """Two real `sinkscope analyze` processes (run side by side to save time) are stopped while writing their
     result, one by SIGINT (Ctrl-C), one by SIGTERM: each says so in one line, keeps its checkpoint, names the
-    resume command, and leaves no lock, run or staging folder; resuming one gives the uninterrupted result."""
+    resume command, and leaves no lock, run or staging folder; resuming one gives the uninterrupted result.
+    The children start with SIGINT ignored, as from a background job of a script (`make test &`), and restore
+    Ctrl-C as a terminal gives it (`AS_A_FOREGROUND_JOB`): the test does not depend on how it was launched."""
     children = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        out, ready = tmp_path / signum.name / "long", tmp_path / f"{signum.name}.ready"
-        out.parent.mkdir()
-        args = analyze_args(tiny, "--out", str(out), "--checkpoint-every", "4")  # 6 windows: saved at 4, then 6
-        command = [sys.executable, "-c", SLOW_SAVE, str(ready), *args]
-        children[signum] = (subprocess.Popen(command, stderr=subprocess.PIPE, text=True), ready, out, args)
-    for signum, (child, ready, _, _) in children.items():
-        wait_for(ready, child)  # the pass is done; report.html is being written inside the staged run directory
-        child.send_signal(signum)
-    for signum, (child, _, out, _) in children.items():
-        _, err = child.communicate(timeout=HANG_GUARD)
-        assert child.returncode == 128 + signum, err
-        checkpoint = out.with_name(".long.checkpoint")
-        lines = [line for line in err.splitlines() if line.startswith("sinkscope") and " CPU thread" not in line]
-        assert len(lines) == 1 and "Traceback" not in err, err
-        assert lines[0].startswith("sinkscope analyze: interrupted" + (" by SIGTERM" if signum == signal.SIGTERM else ""))
-        assert f"checkpointed in {checkpoint}/" in lines[0] and "--resume" in lines[0]
-        assert (checkpoint / "rank0.safetensors").is_file()
-        assert [p.name for p in out.parent.iterdir()] == [".long.checkpoint"]  # no run, .partial-* or lock
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            out, ready = tmp_path / signum.name / "long", tmp_path / f"{signum.name}.ready"
+            out.parent.mkdir()
+            args = analyze_args(tiny, "--out", str(out), "--checkpoint-every", "4")  # 6 windows: saved at 4, then 6
+            command = [sys.executable, "-c", SLOW_SAVE, str(ready), *args]
+            with launched_in_the_background():
+                children[signum] = (subprocess.Popen(command, stderr=subprocess.PIPE, text=True), ready, out, args)
+        for signum, (child, ready, _, _) in children.items():
+            wait_for(ready, child)  # the pass is done; report.html is being written inside the staged run directory
+            assert catches(child.pid, signum), f"the child would not see {signum.name}: it ignores or blocks it"
+            child.send_signal(signum)
+        for signum, (child, _, out, _) in children.items():
+            _, err = child.communicate(timeout=HANG_GUARD)
+            check_interrupted(signum, child.returncode, err, out)
+    finally:  # a failed check ends the children, which would otherwise sleep in their save forever
+        for child, *_ in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
     _, _, out, args = children[signal.SIGTERM]
     capsys.readouterr()
     assert main([*args, "--resume"]) == 0
@@ -228,6 +239,19 @@ def test_sigint_or_sigterm_while_the_result_is_saved_keeps_the_checkpoint(tiny, 
     for name in ("heads", "layers", "positions"):
         pd.testing.assert_frame_equal(pd.read_parquet(out / f"{name}.parquet"),
                                       pd.read_parquet(tmp_path / "fresh" / f"{name}.parquet"), rtol=1e-6, atol=1e-9)
+
+
+def check_interrupted(signum: int, returncode: int, err: str, out: Path) -> None:
+    """The interrupted analyze exited 128 + `signum`, said so in one line naming its checkpoint and the resume
+    command, kept the checkpoint, and left no run, staging folder or lock beside `out`."""
+    assert returncode == 128 + signum, err
+    checkpoint = out.with_name(".long.checkpoint")
+    lines = [line for line in err.splitlines() if line.startswith("sinkscope") and " CPU thread" not in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("sinkscope analyze: interrupted" + (" by SIGTERM" if signum == signal.SIGTERM else ""))
+    assert f"checkpointed in {checkpoint}/" in lines[0] and "--resume" in lines[0]
+    assert (checkpoint / "rank0.safetensors").is_file()
+    assert [p.name for p in out.parent.iterdir()] == [".long.checkpoint"]  # no run, .partial-* or lock
 
 
 def test_a_full_disk_while_saving_keeps_the_checkpoint_and_the_previous_run(tiny, tmp_path, capsys, monkeypatch):

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 SCALE = float(os.environ.get("SINKSCOPE_TEST_TIMEOUT_SCALE", "1"))
@@ -25,6 +28,33 @@ PAGE_GUARD_MS = 120_000 * SCALE
 # KeyboardInterrupt out of the sleep; SIGKILL just ends it). A sleep of fixed length could run out on a slow machine
 # before the test sends its signal, and the child would then finish normally.
 BLOCK_UNTIL_SIGNALLED = "while True: time.sleep(60)"
+
+# The first line of a child's script that a test interrupts: Ctrl-C as a terminal's foreground job gets it (Python's
+# KeyboardInterrupt handler, SIGINT and SIGTERM not blocked). A process started in the background of a shell without
+# job control (`make test &` or `nohup` in a script) inherits SIGINT ignored, as POSIX prescribes, and Python then
+# leaves it ignored: the child would sleep through the test's SIGINT until the hang guard (a CI run launched that way).
+AS_A_FOREGROUND_JOB = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                       "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})")
+
+
+@contextmanager
+def launched_in_the_background() -> Iterator[None]:
+    """SIGINT ignored in this process for the block, as a shell without job control leaves a job it starts with `&`:
+    the children started inside inherit it, whatever way this test run itself was started."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` runs a handler for `signum` that its main thread does not block (`/proc/PID/status`:
+    bit `signum - 1` set in SigCgt, clear in SigIgn and SigBlk), so the signal reaches the handler now."""
+    status = (line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    masks = dict(status)
+    caught, ignored, blocked = (int(masks[key], 16) >> (signum - 1) & 1 for key in ("SigCgt", "SigIgn", "SigBlk"))
+    return bool(caught and not ignored and not blocked)
 
 
 def cpu_seconds() -> float:
