@@ -10,8 +10,9 @@ by hand from each section's compute function (which config fields and inputs it 
 field added to `ReproduceConfig` without a `CHANGES` entry, or a section added to the plan without a `READS` row,
 fails here.
 
-A train-bb grid run (`synthetic.experiments.trained_with`, which `--grid FILE` and the regime map ask) is trained
-again when any one field of its task, model or training config changed, or the content of its bigram text file.
+The same per field for a train-bb grid run (`synthetic.experiments.trained_with`, which `--grid FILE` and the regime
+map ask: every field of its task, model and training configs, and the content of its bigram text file) and a sweep
+cell (`pipelines.sweep.finished_cell`: every `SweepConfig` field).
 """
 
 from __future__ import annotations
@@ -312,3 +313,44 @@ def test_a_train_bb_run_on_a_bigram_text_is_trained_again_when_only_the_texts_co
     del record["inputs"]
     (plain / "config.json").write_text(json.dumps(record))
     assert trained_with(plain, RunConfig())
+
+
+# --- a sweep cell (`pipelines.sweep`): the model, corpus and T name its folder; what its numbers depend on besides
+# is recorded in its run.json, and a folder computed with other values is refused (never overwritten); the batch
+# size and the device decide how the passes run, not what they measure, and reuse it. (A change of the model's or
+# the corpus's content recomputes it: tests/integration/test_identity.py.)
+SWEEP_CHANGES = {"models": ("org/other",), "corpora": ("builtin:code",), "seq_lens": (32,), "epsilons": (0.2, 0.3),
+                 "max_windows": 16, "batch_size": 4, "seed": 1, "device": "cuda", "dtype": "bfloat16"}  # fmt: skip
+SWEEP_OUTCOMES = {"models": "another cell", "corpora": "another cell", "seq_lens": "another cell",
+                  "epsilons": "refused", "max_windows": "refused", "seed": "refused", "dtype": "refused",
+                  "batch_size": "reused", "device": "reused"}  # fmt: skip
+
+
+def sweep_outcome(c, out: Path, stamp: bool = False) -> str:
+    """What `sweep` does with the stored cell of `c`'s first model, corpus and T: "reused", "another cell" (no
+    finished cell in its folder) or "refused"; with `stamp`, the cell's run.json is written as `sweep` writes it."""
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.pipelines.sweep import cell_content, cell_directory, finished_cell
+
+    cell = (c.models[0], c.corpora[0], c.seq_lens[0])
+    settings, content = c.cell_settings(*cell), cell_content(*cell[:2])
+    directory = cell_directory(out, *cell, settings)
+    if stamp:
+        directory.mkdir(parents=True)
+        (directory / "run.json").write_text(json.dumps({"sweep_cell": {**settings, "content": content}}))
+    try:
+        return "reused" if finished_cell(directory, settings, content) else "another cell"
+    except SinkscopeError:
+        return "refused"
+
+
+@pytest.mark.parametrize("field", [*SWEEP_OUTCOMES, "epsilons in another order", "nothing"])
+def test_a_sweep_cell_is_reused_or_refused_by_each_field_of_the_sweep(here, field):
+    from sinkscope.pipelines.sweep import SweepConfig
+
+    base = SweepConfig(models=(MODEL,), corpora=(CORPUS,), seq_lens=(16,))
+    assert {f.name for f in dataclasses.fields(SweepConfig)} == set(SWEEP_OUTCOMES)  # a new field: a new case
+    assert sweep_outcome(base, here / "out", stamp=True) == "reused"
+    changes = {"nothing": {}, "epsilons in another order": {"epsilons": base.epsilons[::-1]}}
+    c = dataclasses.replace(base, **changes.get(field, {field: SWEEP_CHANGES.get(field)}))
+    assert sweep_outcome(c, here / "out") == SWEEP_OUTCOMES.get(field, "reused")
