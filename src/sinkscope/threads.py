@@ -155,3 +155,21 @@ def parse_threads(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor a whole number") from None
     return value
+
+
+@contextmanager
+def one_blas_thread_in_children() -> Iterator[None]:
+    """While open, processes this one starts get one BLAS thread each (`BLAS_VARIABLES` = 1 in the environment
+    they inherit; this process's BLAS, loaded already, keeps its count): a pool of as many processes as free
+    cores, each with as many BLAS threads as cores, would spin threads against each other. The variables are
+    restored when it closes."""
+    before = {name: os.environ.get(name) for name in BLAS_VARIABLES}
+    os.environ.update(dict.fromkeys(BLAS_VARIABLES, "1"))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -5,10 +5,13 @@ programs beside them on orthonormal embeddings (`cost_theory`, once per reproduc
 from __future__ import annotations
 
 import math
+from concurrent.futures import ProcessPoolExecutor
 from functools import partial
+from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from sinkscope.reproduction.config import ReproduceConfig
@@ -19,46 +22,84 @@ if TYPE_CHECKING:
     from sinkscope.models.load import LoadedModel
 
 
-def real_layer_costs(lm: LoadedModel, corpus: str, contexts: int, n_windows: int, stride: int,
-                     seed: int) -> pd.DataFrame:  # fmt: skip
+def window_costs(Z: np.ndarray) -> list[tuple[float, int, str]]:
+    """(cost, rank, status) of the sink then the diagonal program on one window's raw inputs `Z` (T+1, d), z_0 =
+    BOS: exact causal nuclear cost with κ = 1 (`theory.cost.pattern_cost`); (inf, 0, "infeasible") where no W_QK
+    realises the pattern. Runs in whichever process calls it (a worker of `real_layer_costs`, or the main one)."""
+    from sinkscope.theory.cost import InfeasiblePatternError, pattern_cost
+
+    out = []
+    for pattern in ("sink", "diagonal"):
+        try:
+            result = pattern_cost(Z[0], Z[1:], pattern, "nuclear", True, 1.0, "auto")
+            out.append((result.value, result.rank, result.status))
+        except InfeasiblePatternError:
+            out.append((math.inf, 0, "infeasible"))
+    return out
+
+
+def cost_workers(windows: int) -> int:
+    """Processes solving the layer-cost programs at once: the torch threads of this process (which `reproduce
+    --threads`, auto by default, sets to the CPUs free of load), at most `windows` (two programs each), at least
+    1."""
+    import torch
+
+    return max(1, min(torch.get_num_threads(), windows))
+
+
+def solved_windows(inputs: list[np.ndarray], workers: int) -> list[list[tuple[float, int, str]]]:
+    """`window_costs` of each window, in order: in this process when `workers` is 1, else in `workers` spawned
+    processes of one BLAS thread each, the windows handed out in about four chunks per worker (a chunk's inputs
+    are a few hundred KB; a program's numbers depend only on its inputs, not on the process or the BLAS thread
+    count that solves it: the same bits, checked on SmolLM2's 240 programs)."""
+    if workers == 1:
+        return [window_costs(Z) for Z in inputs]
+    from sinkscope.threads import one_blas_thread_in_children
+
+    chunk = max(1, math.ceil(len(inputs) / (4 * workers)))
+    with one_blas_thread_in_children(), ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(window_costs, inputs, chunksize=chunk))
+
+
+def real_layer_costs(lm: LoadedModel, corpus: str, contexts: int, n_windows: int, stride: int, seed: int,
+                     workers: int = 1) -> pd.DataFrame:  # fmt: skip
     """One row per (layer, window, pattern): exact causal nuclear cost (κ = 1) on the raw inputs, rank, status;
-    inf = infeasible."""
+    inf = infeasible. The model runs in this process (the layer inputs of every window at once); the programs,
+    two per (layer, window), are solved by `solved_windows` in `workers` processes."""
     import torch
 
     from sinkscope.capture.layer_inputs import layer_inputs
     from sinkscope.corpus.windows import windows
-    from sinkscope.theory.cost import InfeasiblePatternError, pattern_cost
 
     layers = list(range(0, len(lm.layers), stride))
     batch = torch.cat(list(windows(corpus, lm.tokenizer, contexts + 1, n_windows, seed=seed)))  # (W, T+1)
     captured = layer_inputs(lm, batch, layers)
-    rows = []
+    keys, inputs = [], []
     for layer in layers:
         z = captured[layer][1].double().cpu().numpy()  # (W, T+1, d)
-        for window in range(z.shape[0]):
-            Z = z[window]
-            for pattern in ("sink", "diagonal"):
-                try:
-                    result = pattern_cost(Z[0], Z[1:], pattern, "nuclear", True, 1.0, "auto")
-                    cost, rank, status = result.value, result.rank, result.status
-                except InfeasiblePatternError:
-                    cost, rank, status = math.inf, 0, "infeasible"
-                rows.append({"layer": layer, "window": window, "pattern": pattern, "cost": cost, "rank": rank,
-                             "status": status, "T": contexts})  # fmt: skip
+        keys += [(layer, window) for window in range(z.shape[0])]
+        inputs += list(z)
+    rows = []
+    for (layer, window), costs in zip(keys, solved_windows(inputs, workers), strict=True):
+        for pattern, (cost, rank, status) in zip(("sink", "diagonal"), costs, strict=True):
+            rows.append({"layer": layer, "window": window, "pattern": pattern, "cost": cost, "rank": rank,
+                         "status": status, "T": contexts})  # fmt: skip
     return pd.DataFrame(rows)
 
 
 def cost_layers_section(name: str, config: ReproduceConfig, out: Path) -> Section:
     """Exact nuclear-norm sink and diagonal costs (SPEC §6) on raw attention inputs of real windows of `T + 1`
-    tokens (z_0 = BOS) for each T of `cost_contexts`, every `cost_layer_stride`-th layer (`real_layer_costs`)."""
+    tokens (z_0 = BOS) for each T of `cost_contexts`, every `cost_layer_stride`-th layer (`real_layer_costs`): the
+    model runs in this process, the programs in `cost_workers` processes (one: in this process)."""
     c = config
     key = {"section": "cost-layers", **inputs(name, c.corpora[0]), "contexts": list(c.cost_contexts),
            "windows": c.cost_windows, "stride": c.cost_layer_stride, "seed": c.seed, "dtype": c.dtype,
            "version": 2}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
-        frame = pd.concat([real_layer_costs(lm, c.corpora[0], T, c.cost_windows, c.cost_layer_stride, c.seed)
-                           for T in c.cost_contexts], ignore_index=True)  # fmt: skip
+        workers = cost_workers(c.cost_windows * len(range(0, len(lm.layers), c.cost_layer_stride)))
+        frame = pd.concat([real_layer_costs(lm, c.corpora[0], T, c.cost_windows, c.cost_layer_stride, c.seed,
+                                            workers) for T in c.cost_contexts], ignore_index=True)  # fmt: skip
         with swapped_directory(target) as staging:
             frame.to_parquet(staging / "cost_layers.parquet", index=False)
 
