@@ -164,7 +164,8 @@ def compare(lm: LoadedModel, probes: list[Tensor], orders: dict[str, np.ndarray]
     counts = sorted({round(s * N) for s in config.shares} - {0, N})
     rng = np.random.default_rng(config.seed)
     jobs = [("full", 0, N, flat(range(N))), ("streaming", 0, 0, flat([]))]
-    bar = tqdm(total=N + len(counts) * (len(orders) + 1 + config.draws), desc="kv-plan eval", disable=not progress)
+    total = N + len(counts) * (len(orders) + 1 + config.draws) + (plan is not None)
+    bar = tqdm(total=total, desc="kv-plan eval", disable=not progress)
     base = run(jobs[0][3])
     increase = []
     for i in range(N):  # the oracle: stream one KV head, keep every other full
