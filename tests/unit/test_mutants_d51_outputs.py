@@ -293,6 +293,7 @@ def test_stored_model_free_stamps_are_reused_not_recomputed(tmp_path, monkeypatc
 
 
 def test_boundary_lab_trains_and_logs_one_progress_line_per_run(tmp_path, monkeypatch, capsys):
+    from sinkscope.reproduction import regime_section
     from sinkscope.reproduction.experiment_sections import boundary_lab
     from sinkscope.synthetic import boundary_runs
 
@@ -309,6 +310,8 @@ def test_boundary_lab_trains_and_logs_one_progress_line_per_run(tmp_path, monkey
         }
 
     monkeypatch.setattr(boundary_runs, "train_bb", train_bb)
+    # one worker whatever torch's thread count (xdist gives 1, a plain run 2): spawned workers would not see the stub
+    monkeypatch.setattr(regime_section, "regime_workers", lambda runs: 1)
     lab = boundary_lab(stored_config(), tmp_path)
     settings, seeds = boundary_runs.BOUNDARY_SETTINGS, boundary_runs.BOUNDARY_SEEDS
     assert trained == [(s.vocab_size, seed) for s in settings for seed in seeds]
