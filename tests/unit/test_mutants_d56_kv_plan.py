@@ -22,6 +22,8 @@ from sinkscope.errors import SinkscopeError
 from sinkscope.pipelines import kv_plan_eval
 from sinkscope.pipelines.kv_plan import PlanConfig, read_plan, write_plan
 from sinkscope.pipelines.kv_plan_eval import EvalConfig, compare, figure, summarize
+from sinkscope.reproduction.kv_plan_claims import kv_plan_table, kv_plan_verdict
+from sinkscope.reproduction.verdicts import PARTLY
 
 L, KV, GROUP, T, SINK, RECENT = 2, 2, 2, 12, 1, 3
 # the loss each streamed KV head (flat index l · KV + kv) adds to every window
@@ -150,3 +152,37 @@ def test_read_plan_reads_utf8_config_whatever_the_platform_encoding(tmp_path, mo
     # a C locale without UTF-8 mode: files opened without an encoding decode as ASCII
     monkeypatch.setattr(io, "text_encoding", lambda encoding, stacklevel=2: encoding or "ascii")
     assert read_plan(tmp_path / "p", 1, 2)[1:] == (4, 8)
+
+
+def _claim_losses(noise: float) -> dict[str, np.ndarray]:
+    """8 windows × 20 draws: the plan adds 0.9 nats to the full cache, each random plan 1.0 (± `noise`)."""
+    rng = np.random.default_rng(5)
+    full = np.linspace(2.0, 3.0, 8)
+    random = full[:, None] + 1.0 + noise * rng.standard_normal((8, 20))
+    return {"full": full, "plan": full + 0.9, "random": random}
+
+
+def test_kv_plan_verdict_partly_between_the_two_savings_thresholds():
+    verdict = kv_plan_verdict("tiny", _claim_losses(0.0))
+    # saved 1 − 0.9 / 1.0 = 0.1: above partly_min 0.05, below saved_min 0.25; every resample the same
+    assert verdict.evidence["saved_share"] == pytest.approx(0.1) and verdict.evidence["beats_random"] == 1.0
+    assert verdict.verdict == PARTLY
+
+
+def test_kv_plan_verdict_resamples_with_its_seed_default_0():
+    losses = _claim_losses(0.5)
+    default, zero, one = (kv_plan_verdict("tiny", losses, **seed) for seed in ({}, {"seed": 0}, {"seed": 1}))
+    assert default.interval == zero.interval
+    assert one.interval["low"] != zero.interval["low"]  # the seed reaches the bootstrap
+
+
+def test_kv_plan_table_counts_only_draws_strictly_worse_than_the_plan():
+    # a random draw can pick the plan's own heads: the same forward pass, the same loss, not beaten
+    losses = {"full": np.array([1.0, 0.4]), "plan": np.array([2.0, 0.5]),
+              "random": np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.6]])}  # fmt: skip
+    table = kv_plan_table(losses)
+    assert table.to_dict("list") == {
+        "window": [0, 1], "loss_full": [1.0, 0.4], "loss_plan": [2.0, 0.5],
+        "loss_random_mean": pytest.approx([2.0, 1.6 / 3]), "loss_random_min": [1.0, 0.5],
+        "loss_random_max": [3.0, 0.6], "plan_beats_share": pytest.approx([1 / 3, 1 / 3]),
+    }  # fmt: skip
