@@ -1,0 +1,75 @@
+"""Mutmut draw 56 B's survivors in pipelines/: the routes a model has when a route needs an input no architecture
+gives, switch-attribution counts that stay exact past float32's integer limit, `run_eviction` quiet unless asked
+for progress, and the eviction page's intro read whole."""
+
+from __future__ import annotations
+
+import html
+import re
+from types import SimpleNamespace
+
+import pandas as pd
+import torch
+from tests.integration.test_eviction import BOS, VOCAB, _llama
+
+from sinkscope.functional.switch_routes import ALL_ROUTES, Route
+from sinkscope.pipelines.eviction import EvictConfig, run_eviction, save_eviction, summarize
+from sinkscope.pipelines.switch_attribution import _Counter, available_routes
+
+F32_EXACT = 2**24  # float32 holds every integer up to 2^24; 2^24 + 1 rounds to 2^24
+
+
+def test_a_route_needing_an_input_no_architecture_gives_is_not_available():
+    both = SimpleNamespace(family=SimpleNamespace(output_gate="q_proj", learned_sink="sinks"))
+    rotary = Route("rotary_route", lambda m, th: torch.ones_like(m.off), needs=("rotary_phase",))
+    assert available_routes(both, (rotary,)) == ()
+    assert [r.name for r in available_routes(both, (rotary, *ALL_ROUTES))] == [r.name for r in ALL_ROUTES]
+
+
+def _counter_after_one_off_query(counts_before: int, queries_before: int) -> _Counter:
+    """A one-head counter that had counted `counts_before` BOS-sink queries out of `queries_before`, fed one block
+    of two queries whose query 1 puts all its mass on BOS and has output norm 0.001 ≤ τ·||v||: one more of each."""
+    lm = SimpleNamespace(layout=SimpleNamespace(group=1, n_heads=1), layers=[None])
+    routes = tuple(r for r in ALL_ROUTES if r.name in ("bos_sink", "low_norm_keys"))
+    counter = _Counter(lm, routes, tau=0.1, delta=0.1)
+    counter.counts[0, 0, 0] = counts_before
+    counter.queries[0, 0] = queries_before
+    counter.on_values(0, torch.full((1, 1, 2, 4), 0.5))  # ||v_j|| = 1
+    probs = torch.tensor([[[[1.0, 0.0], [1.0, 0.0]]]])
+    out = torch.tensor([[[[1.0, 0, 0, 0], [0.001, 0, 0, 0]]]])
+    counter.on_block(0, 0, probs, torch.zeros(1, 1, 2), out)  # start 0: query 0 is not counted
+    return counter
+
+
+def test_switch_counts_stay_exact_past_float32s_integer_limit():
+    small = _counter_after_one_off_query(0, 0)
+    assert small.counts[0, 0].tolist() == [1, 0, 0] and small.queries.tolist() == [[1]]
+    long_run = _counter_after_one_off_query(F32_EXACT, F32_EXACT)
+    assert long_run.counts[0, 0].tolist() == [F32_EXACT + 1, 0, 0]
+    assert long_run.queries.tolist() == [[F32_EXACT + 1]]
+
+
+def test_run_eviction_writes_no_progress_bar_unless_asked(capsys):
+    ids = torch.randint(3, VOCAB, (1, 8), generator=torch.Generator().manual_seed(3))
+    ids[:, 0] = BOS
+    lm, config = _llama(), EvictConfig(window=4, ks=(0,))
+    run_eviction(lm, [ids], config)
+    assert capsys.readouterr().err == ""
+    run_eviction(lm, [ids], config, progress=True)
+    assert "evict" in capsys.readouterr().err  # the bar, where it is asked for, does reach stderr here
+
+
+def test_the_eviction_page_intro_reads_whole(tmp_path):
+    losses = pd.DataFrame({"window": [0, 1, 0, 1], "policy": ["full", "full", "recent", "recent"], "k": [0, 0, 0, 0],
+                           "kept": ["", "", "", ""], "loss": [1.0, 2.0, 1.5, 2.5], "loss_all": [1.0, 2.0, 1.5, 2.5],
+                           "n_targets": [3, 3, 3, 3]})  # fmt: skip
+    meta = {"config": {"window": 4, "ks": [0]}, "model": {"name": "m"}, "corpus": {"source": "c"}, "seq_len": 8,
+            "positions": "absolute", "timings": {"seconds": 1.0}}  # fmt: skip
+    out = save_eviction(tmp_path / "ev", losses, summarize(losses), meta)
+    page = html.unescape((out / "report.html").read_text())
+    intro = re.search(r"</h1>\n<p>(.*?)</p>", page, re.S).group(1)
+    assert intro == (
+        "Next-token loss (nats/token, targets of queries t ≥ w) when each query keeps only its recent w keys, plus "
+        "the first k tokens or the k tokens of largest column mass; Δ against the full cache and against the window "
+        "alone, paired over windows, with 95 % intervals. Definitions in docs/experiments.md."
+    )
