@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.reproduction.switch_assumption_claims import assumptions_table
+from sinkscope.reproduction.switch_assumption_claims import assumptions_table, assumptions_verdict
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE
 from sinkscope.synthetic.tiny_transformer import rope
 
 
@@ -36,3 +37,26 @@ def test_value_rank_counts_at_the_tolerance_in_float64_on_a_float32_spectrum():
               "heads": np.zeros((1, 1, 1, 3))}  # fmt: skip
     row = assumptions_table(arrays).iloc[0]
     assert row["value_rank_median"] == 2 and row["value_independent_frac"] == 1.0
+
+
+def _assumption_arrays(heads_dtype=np.float64) -> dict[str, np.ndarray]:
+    """8 windows, 1 layer, 1 KV head of 1 query head: 2 context values, independent (singular values 1, 0.5 in 4
+    dimensions); per window 3 switched-off queries, 1 of them on the sink."""
+    return {"n_contexts": np.array(2), "width": np.array(4), "head_dim": np.array(4), "rank": np.full((8, 1), 2),
+            "distance": np.ones((8, 1)), "value_sv": np.tile([1.0, 0.5], (8, 1, 1, 1)),
+            "heads": np.tile(np.array([1, 3, 1], dtype=heads_dtype), (8, 1, 1, 1))}  # fmt: skip
+
+
+def test_assumptions_verdict_without_value_spectra_is_not_measurable():
+    arrays = _assumption_arrays()
+    del arrays["value_sv"]
+    verdict = assumptions_verdict("tiny", arrays)
+    assert verdict.verdict == NOT_MEASURABLE and "no value-space spectra" in verdict.reason
+
+
+def test_switch_implies_sink_from_float32_counts_is_the_exact_ratio():
+    verdict = assumptions_verdict("tiny", _assumption_arrays(np.float32))
+    assert verdict.evidence["independent_share"] == 1.0
+    # 8 sinks among 24 switched-off queries, in float64 (float32 division would give 0.3333333432674408)
+    assert verdict.evidence["switch_implies_sink_where_independent"] == pytest.approx(1 / 3, rel=1e-12)
+    assert math.isnan(verdict.evidence["switch_implies_sink_where_dependent"])  # no dependent cell
