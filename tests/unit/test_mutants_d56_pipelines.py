@@ -1,6 +1,8 @@
 """Mutmut draw 56 B's survivors in pipelines/: the routes a model has when a route needs an input no architecture
-gives, switch-attribution counts that stay exact past float32's integer limit, `run_eviction` quiet unless asked
-for progress, and the eviction page's intro read whole."""
+gives, switch-attribution counts that stay exact past float32's integer limit and a saved table holding only its
+own columns, `run_eviction` quiet unless asked for progress (and its bar named `evict`), the eviction page's intro
+read whole, prevalence's default ε = 0.3 against brute-force classes; and in reproduction/, a layer without spread
+left out of the row-wise Spearman ρ."""
 
 from __future__ import annotations
 
@@ -8,13 +10,24 @@ import html
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import torch
 from tests.integration.test_eviction import BOS, VOCAB, _llama
+from tests.integration.test_prevalence import _lm as _prevalence_llama
+from tests.integration.test_prevalence import brute_class
 
 from sinkscope.functional.switch_routes import ALL_ROUTES, Route
 from sinkscope.pipelines.eviction import EvictConfig, run_eviction, save_eviction, summarize
-from sinkscope.pipelines.switch_attribution import _Counter, available_routes
+from sinkscope.pipelines.prevalence import run_prevalence
+from sinkscope.pipelines.switch_attribution import (
+    _Counter,
+    attribution_table,
+    available_routes,
+    save_attribution,
+)
+from sinkscope.reproduction.strata import rowwise_spearman
 
 F32_EXACT = 2**24  # float32 holds every integer up to 2^24; 2^24 + 1 rounds to 2^24
 
@@ -56,7 +69,8 @@ def test_run_eviction_writes_no_progress_bar_unless_asked(capsys):
     run_eviction(lm, [ids], config)
     assert capsys.readouterr().err == ""
     run_eviction(lm, [ids], config, progress=True)
-    assert "evict" in capsys.readouterr().err  # the bar, where it is asked for, does reach stderr here
+    bar = capsys.readouterr().err  # the bar, where asked for, reaches stderr here
+    assert re.search(r"(^|\r)evict: ", bar)
 
 
 def test_the_eviction_page_intro_reads_whole(tmp_path):
@@ -73,3 +87,36 @@ def test_the_eviction_page_intro_reads_whole(tmp_path):
         "the first k tokens or the k tokens of largest column mass; Δ against the full cache and against the window "
         "alone, paired over windows, with 95 % intervals. Definitions in docs/experiments.md."
     )
+
+
+def test_a_saved_attribution_table_holds_its_columns_and_no_index(tmp_path):
+    routes = tuple(r for r in ALL_ROUTES if r.name in ("bos_sink", "low_norm_keys"))
+    counts = torch.tensor([[[1, 0, 0], [0, 2, 0]], [[0, 0, 0], [3, 0, 1]]])
+    table = attribution_table(counts, torch.tensor([[4, 4], [4, 4]]), routes, [0, 1])
+    later = table[table["layer"] == 1]  # a filtered table: its index is 2, 3
+    save_attribution(tmp_path / "a", later, {"model": "m"})
+    assert pq.read_schema(tmp_path / "a" / "attribution.parquet").names == list(table.columns)
+    read = pd.read_parquet(tmp_path / "a" / "attribution.parquet")
+    assert read.index.tolist() == [0, 1] and read["n_off"].tolist() == [0, 4]
+
+
+def test_prevalence_classes_by_default_with_a_sink_threshold_of_0_3():
+    lm = _prevalence_llama()
+    ids = torch.randint(3, VOCAB, (3, 10), generator=torch.Generator().manual_seed(1))
+    ids[:, 0] = BOS
+    result = run_prevalence(lm, [ids])
+    lm.model.set_attn_implementation("eager")
+    maps = lm.model(input_ids=ids, output_attentions=True).attentions  # plain transformers, L × (B, H, T, T)
+    expected = [
+        brute_class(attn[b, h].double().numpy(), 0.3) for b in range(3) for attn in maps for h in range(4)
+    ]
+    windows = result["windows"].sort_values(["window", "layer", "head"])
+    assert windows["class"].tolist() == expected and "sink" in expected
+    assert result["meta"]["epsilon"] == 0.3
+
+
+def test_a_layer_without_spread_in_y_is_left_out_of_the_rowwise_spearman():
+    x = np.array([[1.0, 2.0, 3.0, 4.0], [4.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]])
+    y = np.array([[2.0, 4.0, 6.0, 8.0], [7.0, 7.0, 7.0, 7.0], [8.0, 6.0, 4.0, 2.0]])  # row 1: no spread in y
+    assert rowwise_spearman(x, y) == (0.0, 2)  # (ρ = 1 + ρ = −1) / 2, rows 0 and 2
+    assert rowwise_spearman(y, x) == (0.0, 2)  # and none in x
