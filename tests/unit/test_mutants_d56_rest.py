@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from sinkscope.reproduction.geometry_claims import representability_verdict
 from sinkscope.reproduction.switch_assumption_claims import assumptions_table, assumptions_verdict
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE
 from sinkscope.synthetic.tiny_transformer import rope
@@ -60,3 +61,15 @@ def test_switch_implies_sink_from_float32_counts_is_the_exact_ratio():
     # 8 sinks among 24 switched-off queries, in float64 (float32 division would give 0.3333333432674408)
     assert verdict.evidence["switch_implies_sink_where_independent"] == pytest.approx(1 / 3, rel=1e-12)
     assert math.isnan(verdict.evidence["switch_implies_sink_where_dependent"])  # no dependent cell
+
+
+def test_representability_sensitivity_is_not_measurable_where_the_narrowed_band_has_too_few_layers():
+    # depth 13: the band ¼ … ¾ is layers 3..9 (l / 12); the margin doubled on the odds scale (0.25 → 0.4) keeps l / 12
+    # in [0.4, 0.6], layers 5, 6, 7: fewer than MIN_LAYERS = 4
+    controls = list(np.linspace(0.1, 0.5, 20))
+    layers = [{"layer": layer, "n_contexts": 100, "h1": True, "h2": True, "gamma2_rel": 1.0,
+               "control_gamma2_rel": controls, "n_controls": 20} for layer in range(3, 10)]  # fmt: skip
+    verdict = representability_verdict("tiny", layers, width=10, n_layers=13)
+    assert verdict.evidence["layers_beyond_control"] == 1.0  # BOS above all 20 controls on every layer
+    (narrowed,) = [s for s in verdict.sensitivity if s["threshold"] == "middle_margin" and s["scale"] == 2]
+    assert narrowed["value"] == pytest.approx(0.4) and narrowed["verdict"] == NOT_MEASURABLE
