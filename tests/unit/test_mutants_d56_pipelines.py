@@ -1,24 +1,30 @@
 """Mutmut draw 56 B's survivors in pipelines/: the routes a model has when a route needs an input no architecture
 gives, switch-attribution counts that stay exact past float32's integer limit and a saved table holding only its
 own columns, `run_eviction` quiet unless asked for progress (and its bar named `evict`), the eviction page's intro
-read whole, prevalence's default ε = 0.3 against brute-force classes; and in reproduction/, a layer without spread
-left out of the row-wise Spearman ρ."""
+read whole, prevalence's default ε = 0.3 against brute-force classes; a margin of 0 refused for the regime maps; and in
+reproduction/, a layer without spread left out of the row-wise Spearman ρ, log lines flushed at once, a damaged stamp's
+error named."""
 
 from __future__ import annotations
 
 import html
+import io
 import re
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 import torch
 from tests.integration.test_eviction import BOS, VOCAB, _llama
 from tests.integration.test_prevalence import _lm as _prevalence_llama
 from tests.integration.test_prevalence import brute_class
 
+from sinkscope.errors import SinkscopeError
 from sinkscope.functional.switch_routes import ALL_ROUTES, Route
+from sinkscope.pipelines.cost_regimes import RegimeConfig
 from sinkscope.pipelines.eviction import EvictConfig, run_eviction, save_eviction, summarize
 from sinkscope.pipelines.prevalence import run_prevalence
 from sinkscope.pipelines.switch_attribution import (
@@ -27,6 +33,7 @@ from sinkscope.pipelines.switch_attribution import (
     available_routes,
     save_attribution,
 )
+from sinkscope.reproduction.files import KEY_FILE, _read_stamp, log
 from sinkscope.reproduction.strata import rowwise_spearman
 
 F32_EXACT = 2**24  # float32 holds every integer up to 2^24; 2^24 + 1 rounds to 2^24
@@ -120,3 +127,41 @@ def test_a_layer_without_spread_in_y_is_left_out_of_the_rowwise_spearman():
     y = np.array([[2.0, 4.0, 6.0, 8.0], [7.0, 7.0, 7.0, 7.0], [8.0, 6.0, 4.0, 2.0]])  # row 1: no spread in y
     assert rowwise_spearman(x, y) == (0.0, 2)  # (ρ = 1 + ρ = −1) / 2, rows 0 and 2
     assert rowwise_spearman(y, x) == (0.0, 2)  # and none in x
+
+
+def test_a_margin_of_zero_is_refused():
+    with pytest.raises(SinkscopeError) as refused:
+        RegimeConfig(kappa=0.0)
+    assert str(refused.value) == "--seeds 3 must be ≥ 1 and --kappa 0.0 a finite number > 0"
+    assert RegimeConfig(kappa=1e-9).kappa == 1e-9  # any positive margin is taken
+
+
+class _Stderr(io.StringIO):
+    """A stderr that records what it held each time it was flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        self.flushed.append(self.getvalue())
+
+
+def test_a_reproduce_log_line_is_flushed_at_once(monkeypatch):
+    stderr = _Stderr()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    log("section done")
+    assert re.fullmatch(r"\[reproduce \d\d:\d\d:\d\d\] section done\n", stderr.getvalue())
+    assert stderr.flushed == [stderr.getvalue()]
+
+
+def test_a_damaged_stamp_names_the_error_it_raised(tmp_path, capsys):
+    (tmp_path / KEY_FILE).write_text("{not json")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / KEY_FILE).write_bytes(b"\xff\xfe")
+    assert _read_stamp(tmp_path) is None and _read_stamp(tmp_path / "b") is None
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        f"{tmp_path}: its stored key {KEY_FILE} is damaged (JSONDecodeError): computing the section again",
+        f"{tmp_path / 'b'}: its stored key {KEY_FILE} is damaged (UnicodeDecodeError): computing the section again",
+    ]
