@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.reproduction.geometry_claims import representability_verdict
+from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
 from sinkscope.reproduction.switch_assumption_claims import assumptions_table, assumptions_verdict
-from sinkscope.reproduction.verdicts import NOT_MEASURABLE
+from sinkscope.reproduction.switch_claims import sink_head_census
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE, SUPPORTED
 from sinkscope.synthetic.tiny_transformer import rope
 
 
@@ -73,3 +74,25 @@ def test_representability_sensitivity_is_not_measurable_where_the_narrowed_band_
     assert verdict.evidence["layers_beyond_control"] == 1.0  # BOS above all 20 controls on every layer
     (narrowed,) = [s for s in verdict.sensitivity if s["threshold"] == "middle_margin" and s["scale"] == 2]
     assert narrowed["value"] == pytest.approx(0.4) and narrowed["verdict"] == NOT_MEASURABLE
+
+
+def test_geometry_sensitivity_narrows_the_middle_band_at_both_ends():
+    # depth 11 (l / 10), 8 windows of 10 tokens: BOS non-positive against every token on each layer but layer 7,
+    # the controls never; the band ¼ … ¾ is layers 3..7 (4 of 5 hold: 0.8 ≥ 1 − 0.2), the margin doubled (0.4)
+    # keeps layers 4..6 (all hold: supported), where a band still ending at ¾ would keep layer 7 (3 of 4: partly)
+    bos = np.full((8, 11), 10.0)
+    bos[:, 7] = 0.0
+    counts = {"z": bos, "h": bos, "z_control": np.zeros((8, 11)), "h_control": np.zeros((8, 11))}
+    verdict = geometry_verdict("tiny", counts, tokens=10)
+    assert verdict.evidence["middle_layers_holding"] == pytest.approx(0.8)
+    (narrowed,) = [s for s in verdict.sensitivity if s["threshold"] == "middle_margin" and s["scale"] == 2]
+    assert narrowed["value"] == pytest.approx(0.4) and narrowed["verdict"] == SUPPORTED
+
+
+def test_sink_head_census_counts_a_hard_switch_by_p_off_given_sink():
+    # (W, L, H, 3) = off ∧ sink, off, sink over 10 queries: head 0 off on all 10 sink queries (P = 1), head 1 on
+    # 3 of its 6 (P = 0.5 < 1 − 0.1); both sink on ≥ half their queries; head 0's drain 0.01 ≤ 0.1
+    counts = np.array([[[[10, 10, 10], [3, 5, 6]]]], dtype=float)
+    census = sink_head_census(counts, np.array([[[0.01, 0.5]]]), queries=10, drain_max=0.1, miss_tol=0.1)
+    assert census == {"n_heads": 2, "n_sink_heads": 2, "n_sink_heads_hard_switch": 1, "n_sink_heads_drained": 1,
+                      "hard_switch_heads": "L0.H0"}  # fmt: skip
