@@ -12,7 +12,7 @@ import torch
 
 from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
 from sinkscope.reproduction.switch_assumption_claims import assumptions_table, assumptions_verdict
-from sinkscope.reproduction.switch_claims import sink_head_census
+from sinkscope.reproduction.switch_claims import sink_head_census, switch_verdict
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE, SUPPORTED
 from sinkscope.synthetic.tiny_transformer import rope
 
@@ -96,3 +96,12 @@ def test_sink_head_census_counts_a_hard_switch_by_p_off_given_sink():
     census = sink_head_census(counts, np.array([[[0.01, 0.5]]]), queries=10, drain_max=0.1, miss_tol=0.1)
     assert census == {"n_heads": 2, "n_sink_heads": 2, "n_sink_heads_hard_switch": 1, "n_sink_heads_drained": 1,
                       "hard_switch_heads": "L0.H0"}  # fmt: skip
+
+
+def test_switch_verdict_without_per_head_counts_says_to_recompute():
+    # a switch section from before the per-head counts
+    arrays = {"tau": np.array(0.1), "delta": np.array(0.5)}
+    verdict = switch_verdict("tiny", arrays, queries=10, drain_max=0.1)
+    assert verdict.verdict == NOT_MEASURABLE
+    assert verdict.reason == ("no per-head switch counts: the switch section is from before the per-head test; "
+                              "recompute it")  # fmt: skip
