@@ -1,9 +1,9 @@
-"""Mutmut draw 56 B's survivors in pipelines/: the routes a model has when a route needs an input no architecture
+"""Mutmut draw 56 B's survivors. pipelines/: the routes a model has when a route needs an input no architecture
 gives, switch-attribution counts that stay exact past float32's integer limit and a saved table holding only its
 own columns, `run_eviction` quiet unless asked for progress (and its bar named `evict`), the eviction page's intro
-read whole, prevalence's default ε = 0.3 against brute-force classes; a margin of 0 refused for the regime maps; and in
-reproduction/, a layer without spread left out of the row-wise Spearman ρ, log lines flushed at once, a damaged stamp's
-error named."""
+read whole, prevalence's default ε = 0.3 against brute-force classes, a margin of 0 refused for the regime maps.
+reproduction/: a layer without spread left out of the row-wise Spearman ρ, log lines flushed at once, a damaged or
+stale stamp's error or change named."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from sinkscope.pipelines.switch_attribution import (
     available_routes,
     save_attribution,
 )
-from sinkscope.reproduction.files import KEY_FILE, _read_stamp, log
+from sinkscope.reproduction.files import KEY_FILE, _read_stamp, is_fresh, log, write_key
 from sinkscope.reproduction.strata import rowwise_spearman
 
 F32_EXACT = 2**24  # float32 holds every integer up to 2^24; 2^24 + 1 rounds to 2^24
@@ -165,3 +165,11 @@ def test_a_damaged_stamp_names_the_error_it_raised(tmp_path, capsys):
         f"{tmp_path}: its stored key {KEY_FILE} is damaged (JSONDecodeError): computing the section again",
         f"{tmp_path / 'b'}: its stored key {KEY_FILE} is damaged (UnicodeDecodeError): computing the section again",
     ]
+
+
+def test_a_section_stored_with_other_settings_says_so_in_one_line(tmp_path, capsys):
+    write_key(tmp_path, {"seq_len": 64, "model": "a"})
+    assert is_fresh(tmp_path, {"seq_len": 64, "model": "a"}) and capsys.readouterr().err == ""
+    assert not is_fresh(tmp_path, {"seq_len": 128, "model": "a"})
+    line = capsys.readouterr().err.split("] ", 1)[1]
+    assert line == f"{tmp_path}: stored with other inputs or settings (seq_len changed): computing it again\n"
