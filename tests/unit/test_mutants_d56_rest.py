@@ -105,3 +105,19 @@ def test_switch_verdict_without_per_head_counts_says_to_recompute():
     assert verdict.verdict == NOT_MEASURABLE
     assert verdict.reason == ("no per-head switch counts: the switch section is from before the per-head test; "
                               "recompute it")  # fmt: skip
+
+
+def test_masked_sdpa_ands_an_additive_model_mask_with_its_own():
+    from sinkscope.pipelines.masked_attention import masked_sdpa
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 3, 4, dtype=torch.float64) for _ in range(3))
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = False, 1
+    allowed = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)[None, None]  # causal
+    additive = torch.tensor([0.0, -torch.inf, 0.0], dtype=torch.float64).expand(1, 1, 3, 3)  # key 1 padded
+    out = masked_sdpa(module, q, k, v, additive, allowed, dropout=0.0, scaling=0.5)[0][0, :, 0]  # (T, d)
+    for t, keys in enumerate([[0], [0], [0, 2]]):  # causal AND not key 1, by hand
+        weights = torch.softmax(torch.stack([q[0, 0, t] @ k[0, 0, j] * 0.5 for j in keys]), 0)
+        expected = sum(w * v[0, 0, j] for w, j in zip(weights, keys))
+        assert out[t].tolist() == pytest.approx(expected.tolist(), abs=1e-12)
