@@ -3,7 +3,7 @@ gives, switch-attribution counts that stay exact past float32's integer limit an
 own columns, `run_eviction` quiet unless asked for progress (and its bar named `evict`), the eviction page's intro
 read whole, prevalence's default ε = 0.3 against brute-force classes, a margin of 0 refused for the regime maps.
 reproduction/: a layer without spread left out of the row-wise Spearman ρ, log lines flushed at once, a damaged or
-stale stamp's error or change named."""
+stale stamp's error or change named. statistics/: massive-activation histograms on the layers fed."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from sinkscope.pipelines.switch_attribution import (
 )
 from sinkscope.reproduction.files import KEY_FILE, _read_stamp, is_fresh, log, write_key
 from sinkscope.reproduction.strata import rowwise_spearman
+from sinkscope.statistics.massive_activations import BINS_PER_OCTAVE, MassiveActivations
 
 F32_EXACT = 2**24  # float32 holds every integer up to 2^24; 2^24 + 1 rounds to 2^24
 
@@ -173,3 +174,13 @@ def test_a_section_stored_with_other_settings_says_so_in_one_line(tmp_path, caps
     assert not is_fresh(tmp_path, {"seq_len": 128, "model": "a"})
     line = capsys.readouterr().err.split("] ", 1)[1]
     assert line == f"{tmp_path}: stored with other inputs or settings (seq_len changed): computing it again\n"
+
+
+def test_massive_activation_histograms_land_on_the_layers_that_were_fed():
+    stat = MassiveActivations(n_layers=3, d_model=2)
+    stat.on_layer_input(2, torch.ones(1, 2, 2), None)  # four magnitudes of 2^0
+    stat.on_layer_input(0, torch.full((1, 2, 2), 4.0), None)  # four of 2^2; layer 1 is not watched
+    stat.end_batch(1)
+    counts = stat.histogram.value
+    assert counts.sum(1).tolist() == [4.0, 0.0, 4.0]
+    assert int(counts[0].argmax() - counts[2].argmax()) == 2 * BINS_PER_OCTAVE  # two octaves apart
