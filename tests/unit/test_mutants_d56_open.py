@@ -104,3 +104,26 @@ def test_run_boundary_with_no_runs_still_has_the_columns(tmp_path: Path) -> None
     assert len(frame) == 0
     assert len(frame.columns) == 16
     assert list(frame.columns)[:4] == ["setting", "vocab_size", "contexts", "width"]
+
+
+def test_bool_mask_is_always_materialised_causal() -> None:
+    """Plain causal 3 × 3 (no padding): the lower triangle, as a bool tensor (never None), by keyword or position."""
+    import torch
+
+    from sinkscope.pipelines.masked_attention import _bool_mask
+
+    expected = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])
+    by_keyword = _bool_mask(batch_size=1, q_length=3, kv_length=3)
+    assert by_keyword is not None
+    assert torch.equal(by_keyword.reshape(3, 3), expected)
+    assert torch.equal(_bool_mask(1, 3, 3).reshape(3, 3), expected)
+
+
+def test_kv_head_count_names_a_config_without_name_or_type() -> None:
+    """A config with neither name_or_path nor model_type is called "the model" in the error, not an AttributeError."""
+    from types import SimpleNamespace
+
+    from sinkscope.pipelines.kv_plan import kv_head_count
+
+    with pytest.raises(SinkscopeError, match="the config of the model names no num_key_value_heads"):
+        kv_head_count(SimpleNamespace(num_attention_heads=4, num_hidden_layers=2))
