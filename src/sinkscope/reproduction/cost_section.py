@@ -38,15 +38,6 @@ def window_costs(Z: np.ndarray) -> list[tuple[float, int, str]]:
     return out
 
 
-def cost_workers(windows: int) -> int:
-    """Processes solving the layer-cost programs at once: the torch threads of this process (which `reproduce
-    --threads`, auto by default, sets to the CPUs free of load), at most `windows` (two programs each), at least
-    1."""
-    import torch
-
-    return max(1, min(torch.get_num_threads(), windows))
-
-
 def solved_windows(inputs: list[np.ndarray], workers: int) -> list[list[tuple[float, int, str]]]:
     """`window_costs` of each window, in order: in this process when `workers` is 1, else in `workers` spawned
     processes of one BLAS thread each, the windows handed out in about four chunks per worker (a chunk's inputs
@@ -90,14 +81,16 @@ def real_layer_costs(lm: LoadedModel, corpus: str, contexts: int, n_windows: int
 def cost_layers_section(name: str, config: ReproduceConfig, out: Path) -> Section:
     """Exact nuclear-norm sink and diagonal costs (SPEC §6) on raw attention inputs of real windows of `T + 1`
     tokens (z_0 = BOS) for each T of `cost_contexts`, every `cost_layer_stride`-th layer (`real_layer_costs`): the
-    model runs in this process, the programs in `cost_workers` processes (one: in this process)."""
+    model runs in this process, the programs in `regime_section.regime_workers` processes (one: in this process)."""
     c = config
     key = {"section": "cost-layers", **inputs(name, c.corpora[0]), "contexts": list(c.cost_contexts),
            "windows": c.cost_windows, "stride": c.cost_layer_stride, "seed": c.seed, "dtype": c.dtype,
            "version": 2}  # fmt: skip
 
     def compute(lm: LoadedModel, target: Path) -> None:
-        workers = cost_workers(c.cost_windows * len(range(0, len(lm.layers), c.cost_layer_stride)))
+        from sinkscope.reproduction.regime_section import regime_workers
+
+        workers = regime_workers(c.cost_windows * len(range(0, len(lm.layers), c.cost_layer_stride)))
         frame = pd.concat([real_layer_costs(lm, c.corpora[0], T, c.cost_windows, c.cost_layer_stride, c.seed,
                                             workers) for T in c.cost_contexts], ignore_index=True)  # fmt: skip
         with swapped_directory(target) as staging:

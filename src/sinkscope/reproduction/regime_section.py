@@ -78,8 +78,9 @@ def regime_key() -> dict:
 
 
 def regime_workers(runs: int) -> int:
-    """Runs of the regime map trained at once: the torch threads of this process (which `reproduce --threads`, auto
-    by default, sets to the CPUs free of load), at most `runs`, at least 1."""
+    """Processes run at once for `runs` independent jobs (the regime map's and the boundary lab's trainings, the
+    layer costs' windows): the torch threads of this process (which `reproduce --threads`, auto by default, sets to
+    the CPUs free of load), at most `runs`, at least 1."""
     import torch
 
     return max(1, min(torch.get_num_threads(), runs))
