@@ -31,6 +31,12 @@ ONE_DELTA = "only δ × 1 was counted (--quick: one evidence pass per corpus), s
 TAU_CURVE = (0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25, 0.3, 0.4, 0.6, 0.8, 1.0)
 
 
+def grid_index(scale: float, grid: Sequence[float] = GRID) -> int:
+    """The position of `scale` (a varied threshold over its section's value) in `grid`, the scales the tables were
+    counted at. The sensitivity varies δ and τ × ½ and × 2, which `GRID` holds; any other scale raises ValueError."""
+    return [math.isclose(scale, g) for g in grid].index(True)
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.nan
 
@@ -123,16 +129,11 @@ def switch_verdict(model: str, arrays: dict[str, np.ndarray], queries: int, drai
     units = {"counts": counts, "drains": drains}
 
     def at(u, th):
-        i = [k for k, d in enumerate(GRID) if math.isclose(th["delta"] / delta, d)]
-        j = [k for k, t in enumerate(GRID) if math.isclose(th["tau"] / tau, t)]
-        return u["counts"][:, i[0], j[0]] if i and j else None
+        return u["counts"][:, grid_index(th["delta"] / delta), grid_index(th["tau"] / tau)]
 
     def effects_for(direction: str):
         def effects(u, th):
-            table = at(u, th)
-            if table is None:
-                return {direction: math.nan}
-            e = head_switch_effects(table, u["drains"], th["drain_max"], th["min_head_queries"])
+            e = head_switch_effects(at(u, th), u["drains"], th["drain_max"], th["min_head_queries"])
             return {direction: e.pop(direction), **e}
 
         return effects
@@ -201,10 +202,7 @@ def value_drain_verdict(model: str, drains: np.ndarray, hard_sink: np.ndarray, q
     deltas = GRID if hard.shape[1] == len(GRID) else (1.0,)
 
     def effects(u, th):
-        index = [i for i, d in enumerate(deltas) if math.isclose(th["delta"] / delta, d)]
-        if not index:
-            return {"rho_all_groups": math.nan}
-        counts = u["hard"][:, index[0]]
+        counts = u["hard"][:, grid_index(th["delta"] / delta, deltas)]
         frac = (counts.sum(0) / (len(counts) * queries)).reshape(L, KV, group).max(-1).ravel()
         drain = u["drains"].mean(0).ravel()
         if np.ptp(frac) == 0 or np.ptp(drain) == 0:
@@ -249,11 +247,7 @@ def switch_routes_verdict(model: str, counts: np.ndarray, names: Sequence[str], 
     labels = [*names, "unexplained"]
 
     def effects(u, th):
-        i = [k for k, d in enumerate(GRID) if math.isclose(th["delta"] / delta, d)]
-        j = [k for k, t in enumerate(GRID) if math.isclose(th["tau"] / tau, t)]
-        if not (i and j):
-            return {"non_bos_route_frac": math.nan}
-        table = u["counts"][:, i[0], j[0]].sum(0)
+        table = u["counts"][:, grid_index(th["delta"] / delta), grid_index(th["tau"] / tau)].sum(0)
         n_off = float(table.sum())
         hard = float(table[labels.index("bos_sink")]) if "bos_sink" in labels else 0.0
         shares = {f"frac_{name}": _ratio(float(n), n_off) for name, n in zip(labels, table)}
