@@ -1,0 +1,80 @@
+"""Draw 57's survivors in the KV plans and the boundary lab, closed against hand values (issue 50, item 1).
+
+- `summarize`: one window gives no interval and no warning; `beats_random` for each policy compared with the random
+  draws (sinkscope, far-mass, oracle, plan) against the draws' losses by hand.
+- `figure`: every policy of the legend is drawn in its colour.
+- `write_plan`: each head's reason names its kind (full or streaming) with its scores.
+- `run_boundary`: one run to do starts no worker pool, whatever `workers` says.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
+
+from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
+from sinkscope.pipelines.kv_plan_eval import figure, summarize
+from sinkscope.synthetic import boundary_runs
+from sinkscope.synthetic.boundary_runs import BoundarySetting, run_boundary
+
+
+def _row(policy: str, n: int, loss: float, draw: int = 0, window: int = 0) -> dict:
+    return {"policy": policy, "draw": draw, "n_full": n, "share": n / 4, "memory": 0.25 + n / 8, "window": window,
+            "loss": loss, "accuracy": 0.5}  # fmt: skip
+
+
+def test_summarize_of_one_window_warns_of_nothing() -> None:
+    rows = pd.DataFrame([_row("full", 4, 2.0), _row("sinkscope", 1, 2.5)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a standard deviation of one value (ddof = 1) warns "Degrees of freedom"
+        summary = summarize(rows).set_index("policy")
+    assert np.isnan(float(summary.loc["sinkscope", "delta_lo"]))
+
+
+def test_beats_random_of_each_compared_policy_by_hand() -> None:
+    """Random draws at n_full = 1 lose 2.0, 3.0 and 4.0: a policy losing 2.5 beats 2 of 3 draws, one losing 3.5
+    beats 1 of 3; the full and streaming ends are not compared (NaN)."""
+    losses = {"sinkscope": 2.5, "far-mass": 3.5, "oracle": 2.5, "plan": 3.5}
+    rows = pd.DataFrame([_row("full", 4, 1.0), _row("streaming", 0, 5.0)]
+                        + [_row("random", 1, 2.0 + d, draw=d) for d in range(3)]
+                        + [_row(p, 1, loss) for p, loss in losses.items()])  # fmt: skip
+    beats = summarize(rows).set_index("policy")["beats_random"]
+    assert {p: beats[p] for p in losses} == pytest.approx({"sinkscope": 2 / 3, "far-mass": 1 / 3, "oracle": 2 / 3,
+                                                            "plan": 1 / 3})  # fmt: skip
+    assert np.isnan(beats["full"]) and np.isnan(beats["streaming"])
+
+
+def test_figure_draws_every_policy_in_its_colour() -> None:
+    colours = {"sinkscope": "#c0392b", "far-mass": "#d68910", "oracle": "#2471a3", "plan": "#1e8449"}
+    summary = pd.DataFrame([{"policy": "streaming", "memory": 0.2, "loss": 3.0, "accuracy": 0.1, "delta_full": 1.0},
+                            {"policy": "full", "memory": 1.0, "loss": 2.0, "accuracy": 0.9, "delta_full": 0.0}]
+                           + [{"policy": p, "memory": 0.6, "loss": 2.5, "accuracy": 0.6, "delta_full": 0.5}
+                              for p in colours])  # fmt: skip
+    loss_ax, _ = figure(summary, "t").axes
+    drawn = {line.get_label(): line.get_color() for line in loss_ax.get_lines()}
+    assert {p: drawn.get(p) for p in colours} == colours
+
+
+def test_plan_reasons_name_each_heads_kind_and_scores(tmp_path: Path) -> None:
+    scores = pd.DataFrame({"layer": [0, 0], "kv_head": [0, 1], "kept": [0.9, 0.2], "sink_score": [0.5, 0.1],
+                           "diag_score": [0.3, 0.05], "prev_score": [0.1, 0.05], "far_mass": [0.05, 0.6],
+                           "classes": ["sink×2", "mixed×2"]})  # fmt: skip
+    folder = write_plan(tmp_path / "plan", np.array([[0.2, 0.9]]), scores, PlanConfig(share=0.5), {})
+    reasons = pd.read_parquet(folder / "kv_plan_heads.parquet")["reason"].tolist()
+    assert reasons == ["streaming: kept ≥ 0.90 (sink 0.50, diag 0.30, prev 0.10), far mass 0.05 [measures]; sink×2",
+                       "full: kept ≥ 0.20 (sink 0.10, diag 0.05, prev 0.05), far mass 0.60 [measures]; mixed×2"]
+
+
+def test_run_boundary_with_one_run_to_do_starts_no_pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import concurrent.futures
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", _FakePool)
+    monkeypatch.setattr(boundary_runs, "train_bb", lambda c, d, **kw: SUMMARY)
+    _FakePool.made = []
+    frame = run_boundary(tmp_path, settings=(BoundarySetting(5, 8, 16),), seeds=(0,), steps=7, workers=2)
+    assert _FakePool.made == [] and len(frame) == 1
