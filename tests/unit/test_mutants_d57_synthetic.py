@@ -1,0 +1,79 @@
+"""Draw 57's survivors in `synthetic/` (issue 50, item 1), closed against hand values on a one-step run.
+
+- `regime_row`: the predicted cost columns follow `head_costs`' closed form from the summary's margin, and
+  `switch_param_norm` is the learned sink logit's |b_h|, read from the checkpoint's parameters.
+- `RegimeGrid`: an unknown init names every known label.
+- `run_grid`: each run's header line is flushed before the training starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+
+from sinkscope.errors import SinkscopeError
+from sinkscope.synthetic import experiments
+from sinkscope.synthetic.regimes import INITS, REGIME_COLUMNS, RegimeGrid, regime_row
+from sinkscope.synthetic.summary import cost_predictions
+from sinkscope.synthetic.train import RunConfig, load_trained_model, train_bb
+
+TINY = {"task.vocab_size": 16, "task.length": 17, "model.n_layers": 1, "model.d_model": 16, "train.batch_size": 8,
+        "train.eval_batch_size": 8, "train.steps": 1, "train.eval_every": 1, "train.checkpoint_every": 1}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sink_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, dict, Path]:
+    config = RunConfig().with_overrides({**TINY, "model.attention": "softmax_sink"})
+    run_dir = tmp_path_factory.mktemp("regime") / "r"
+    summary = train_bb(config, run_dir, log=False)
+    return config, summary, run_dir
+
+
+def test_regime_row_predicted_costs_and_switch_parameter_by_hand(sink_run) -> None:
+    config, summary, run_dir = sink_run
+    summary = copy.deepcopy(summary)
+    summary["switch_head"]["pattern"] = "sink"  # the sink's closed form, whatever one step learned
+    final = summary["switch_head_final"]
+    final.update(sink_margin=2.0, z_norm_sq=4.0)
+    pred = cost_predictions(config.task.vocab_size, config.task.n_triggers)
+    row = regime_row("c", 0, config, summary, "gpt2", run_dir)
+    assert row["pred_nuclear"] == pytest.approx(2.0 * pred["pred_sink_nuclear_per_kappa"] / 4.0)
+    assert row["pred_nuc_over_fro"] == pred["pred_sink_nuc_over_fro"]
+    _, model = load_trained_model(run_dir)
+    head = summary["switch_head"]
+    logit = dict(model.blocks[head["layer"]].attn.named_parameters())["sink_logit"][head["head"]]
+    assert math.isfinite(row["switch_param_norm"])
+    assert row["switch_param_norm"] == pytest.approx(abs(float(logit.detach())))
+
+
+def test_regime_grid_names_every_known_init() -> None:
+    with pytest.raises(SinkscopeError, match="use labels of " + ", ".join(INITS) + "$"):
+        RegimeGrid(inits=("nope",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1, 2),
+                   steps=2)
+
+
+def test_run_grid_flushes_each_runs_header(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    printed = []
+    monkeypatch.setattr("builtins.print", lambda *a, **kw: printed.append((a, kw)))
+    monkeypatch.setattr(experiments, "train_bb", lambda config, run_dir, **kw: (_ for _ in ()).throw(_Stop()))
+    with pytest.raises(_Stop):
+        experiments.run_grid({"r": {}}, RunConfig().with_overrides(TINY), tmp_path, log=True)
+    headers = [(a, kw) for a, kw in printed if a and str(a[0]).startswith("== r")]
+    assert headers and headers[0][1] == {"flush": True}
+
+
+class _Stop(Exception):
+    pass
+
+
+
+
+def test_docs_list_the_regime_columns_in_order() -> None:
+    """docs/experiments.md's "The regime map" names every column of regimes.parquet, in the file's order."""
+    text = (Path(__file__).parents[2] / "docs" / "experiments.md").read_text(encoding="utf-8")
+    listed = text.split("`regimes.parquet` has one row per cell and seed: `", 1)[1].split("(`init_std` is", 1)[0]
+    names = [n.strip(" `\n") for n in listed.replace("` (of the dominant switch head), `", ", ").split(",")]
+    assert tuple(names) == REGIME_COLUMNS
