@@ -37,11 +37,12 @@ def test_regime_row_predicted_costs_and_switch_parameter_by_hand(sink_run) -> No
     summary = copy.deepcopy(summary)
     summary["switch_head"]["pattern"] = "sink"  # the sink's closed form, whatever one step learned
     final = summary["switch_head_final"]
-    final.update(sink_margin=2.0, z_norm_sq=4.0)
+    final.update(sink_margin=2.0, z_norm_sq=4.0, row_mass=0.375, gate_plain=0.625)
     pred = cost_predictions(config.task.vocab_size, config.task.n_triggers)
     row = regime_row("c", 0, config, summary, "gpt2", run_dir)
     assert row["pred_nuclear"] == pytest.approx(2.0 * pred["pred_sink_nuclear_per_kappa"] / 4.0)
     assert row["pred_nuc_over_fro"] == pred["pred_sink_nuc_over_fro"]
+    assert (row["row_mass"], row["gate"]) == (0.375, 0.625)
     _, model = load_trained_model(run_dir)
     head = summary["switch_head"]
     logit = dict(model.blocks[head["layer"]].attn.named_parameters())["sink_logit"][head["head"]]
