@@ -12,10 +12,12 @@ import copy
 import math
 from pathlib import Path
 
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from sinkscope.errors import SinkscopeError
-from sinkscope.synthetic import experiments
+from sinkscope.synthetic import experiments, regimes
 from sinkscope.synthetic.regimes import INITS, REGIME_COLUMNS, RegimeGrid, regime_row
 from sinkscope.synthetic.summary import cost_predictions
 from sinkscope.synthetic.train import RunConfig, load_trained_model, train_bb
@@ -78,3 +80,21 @@ def test_docs_list_the_regime_columns_in_order() -> None:
     listed = text.split("`regimes.parquet` has one row per cell and seed: `", 1)[1].split("(`init_std` is", 1)[0]
     names = [n.strip(" `\n") for n in listed.replace("` (of the dominant switch head), `", ", ").split(",")]
     assert tuple(names) == REGIME_COLUMNS
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_run_regimes_without_a_grid_takes_the_quick_or_the_full_one(monkeypatch, tmp_path: Path, quick) -> None:
+    grids = []
+    monkeypatch.setattr(regimes, "regime_jobs", lambda base, g, out: grids.append(g) or (_ for _ in ()).throw(_Stop()))
+    with pytest.raises(_Stop):
+        regimes.run_regimes(out_dir=tmp_path, quick=quick)
+    assert grids == [(regimes.QUICK_GRID if quick else regimes.FULL_GRID,)]
+
+
+@pytest.mark.parametrize("module", [regimes, experiments])
+def test_written_tables_carry_no_index_column(module, tmp_path: Path) -> None:
+    """A frame whose index is not 0..n−1 (filtered, reordered) is written as its columns only."""
+    frame = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]}, index=[5, 1, 9])
+    module._write_parquet(frame, tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").column_names == ["a", "b"]
+    assert list(tmp_path.iterdir()) == [tmp_path / "t.parquet"]
