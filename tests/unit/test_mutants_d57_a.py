@@ -19,6 +19,7 @@ from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
 
 from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
 from sinkscope.pipelines.kv_plan_eval import figure, summarize
+from sinkscope.reproduction.switch_claims import switch_curves
 from sinkscope.synthetic import boundary_runs
 from sinkscope.synthetic.boundary_runs import BoundarySetting, run_boundary
 
@@ -78,3 +79,12 @@ def test_run_boundary_with_one_run_to_do_starts_no_pool(monkeypatch: pytest.Monk
     _FakePool.made = []
     frame = run_boundary(tmp_path, settings=(BoundarySetting(5, 8, 16),), seeds=(0,), steps=7, workers=2)
     assert _FakePool.made == [] and len(frame) == 1
+
+
+def test_switch_curves_are_defined_from_a_single_query_on() -> None:
+    """Cells (off·sink, off·no sink, on·sink, on·no sink) = (2, 1, 2, 0) at τ₁ and (0, 0, 0, 1) at τ₂: by hand
+    P(sink | off) = 2/3 and NaN, P(off | sink) = 1/2 and NaN, P(off | no sink) = 1/1 and 0/1."""
+    curves = switch_curves(np.array([[2, 1, 2, 0], [0, 0, 0, 1]]))
+    np.testing.assert_array_equal(curves["p_sink_given_off"], [2 / 3, np.nan])
+    np.testing.assert_array_equal(curves["p_off_given_sink"], [0.5, np.nan])
+    np.testing.assert_array_equal(curves["p_off_given_nosink"], [1.0, 0.0])

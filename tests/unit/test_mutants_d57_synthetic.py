@@ -98,3 +98,18 @@ def test_written_tables_carry_no_index_column(module, tmp_path: Path) -> None:
     module._write_parquet(frame, tmp_path / "t.parquet")
     assert pq.read_table(tmp_path / "t.parquet").column_names == ["a", "b"]
     assert list(tmp_path.iterdir()) == [tmp_path / "t.parquet"]
+
+
+def test_run_regimes_reports_each_finished_run(monkeypatch, tmp_path: Path) -> None:
+    """One progress line per run: its count, cell, seed, switch head, pattern, heads line, copy accuracy, seconds."""
+    summary = {"switch_head": {"layer": 0, "head": 1, "pattern": "sink"}, "heads_line": "L0H0 dense, L0H1 sink",
+               "copy_acc": 0.9, "seconds": 3.4}  # fmt: skip
+    monkeypatch.setattr(regimes, "_train_one", lambda config, run_dir: summary)
+    monkeypatch.setattr(regimes, "regime_row", lambda *a: (_ for _ in ()).throw(_Stop()))
+    grid = RegimeGrid(inits=("gpt2",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1, 2),
+                      steps=2)  # fmt: skip
+    lines: list[str] = []
+    with pytest.raises(_Stop):
+        regimes.run_regimes(RunConfig().with_overrides(TINY), tmp_path, grid=grid, progress=lines.append)
+    assert [line.split(" ", 1)[0] for line in lines] == ["[1/3]", "[2/3]", "[3/3]"]
+    assert lines[2].endswith(" seed 2: L0H1 sink (L0H0 dense, L0H1 sink), copy_acc 0.900, 3s")
