@@ -19,7 +19,9 @@ from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
 
 from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
 from sinkscope.pipelines.kv_plan_eval import figure, summarize
+from sinkscope.reproduction.kv_plan_claims import kv_plan_verdict
 from sinkscope.reproduction.switch_claims import switch_curves
+from sinkscope.reproduction.verdicts import NOT_MEASURABLE, PARTLY, SUPPORTED
 from sinkscope.synthetic import boundary_runs
 from sinkscope.synthetic.boundary_runs import BoundarySetting, run_boundary
 
@@ -88,3 +90,21 @@ def test_switch_curves_are_defined_from_a_single_query_on() -> None:
     np.testing.assert_array_equal(curves["p_sink_given_off"], [2 / 3, np.nan])
     np.testing.assert_array_equal(curves["p_off_given_sink"], [0.5, np.nan])
     np.testing.assert_array_equal(curves["p_off_given_nosink"], [1.0, 0.0])
+
+
+def test_kv_plan_verdict_at_saved_min_exactly_is_supported_before_the_sensitivity() -> None:
+    """Full cache 0, plan 0.75, every random plan 1.0 (8 windows × 20 draws): saved share 1 − 0.75 / 1 = 0.25, exactly
+    `saved_min`, so every record that keeps saved_min reads supported; doubling it (0.4 on the odds scale) gives
+    partly, which weakens the verdict."""
+    verdict = kv_plan_verdict("m", {"full": np.zeros(8), "plan": np.full(8, 0.75), "random": np.ones((8, 20))})
+    assert verdict.evidence["saved_share"] == 0.25 and verdict.evidence["beats_random"] == 1.0
+    by = {(r["threshold"], r["scale"]): r["verdict"] for r in verdict.sensitivity if r["verdict"] is not None}
+    assert by == {("saved_min", 0.5): SUPPORTED, ("saved_min", 2.0): PARTLY, ("beats_min", 0.5): SUPPORTED,
+                  ("beats_min", 2.0): SUPPORTED, ("partly_min", 0.5): SUPPORTED, ("partly_min", 2.0): SUPPORTED}
+    assert verdict.verdict == PARTLY
+
+
+def test_kv_plan_verdict_without_a_random_increase_is_not_measurable_and_says_so() -> None:
+    verdict = kv_plan_verdict("m", {"full": np.zeros(8), "plan": np.full(8, 0.75), "random": np.zeros((8, 20))})
+    assert verdict.verdict == NOT_MEASURABLE
+    assert verdict.evidence["random_increase"] == 0.0 and np.isnan(verdict.evidence["saved_share"])

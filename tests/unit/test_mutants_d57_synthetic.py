@@ -113,3 +113,43 @@ def test_run_regimes_reports_each_finished_run(monkeypatch, tmp_path: Path) -> N
         regimes.run_regimes(RunConfig().with_overrides(TINY), tmp_path, grid=grid, progress=lines.append)
     assert [line.split(" ", 1)[0] for line in lines] == ["[1/3]", "[2/3]", "[3/3]"]
     assert lines[2].endswith(" seed 2: L0H1 sink (L0H0 dense, L0H1 sink), copy_acc 0.900, 3s")
+
+
+class _Pool:
+    """Stands in for `ProcessPoolExecutor`: records (workers, start method) and runs each job inline."""
+
+    made: list = []
+
+    def __init__(self, workers: int, mp_context) -> None:
+        _Pool.made.append((workers, mp_context.get_start_method()))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+@pytest.mark.parametrize(("workers", "pools"), [(1, []), (2, [(2, "spawn")]), (3, [(3, "spawn")])])
+def test_run_regimes_trains_in_a_spawn_pool_only_with_several_workers(monkeypatch, tmp_path: Path, workers,
+                                                                      pools) -> None:  # fmt: skip
+    summary = {"switch_head": {"layer": 0, "head": 0, "pattern": "sink"}, "heads_line": "", "copy_acc": 1.0,
+               "seconds": 1.0}  # fmt: skip
+    monkeypatch.setattr(regimes, "_train_one", lambda config, run_dir: summary)
+    monkeypatch.setattr(regimes, "regime_row", lambda *a: (_ for _ in ()).throw(_Stop()))
+    monkeypatch.setattr(regimes, "ProcessPoolExecutor", _Pool)
+    _Pool.made = []
+    grid = RegimeGrid(inits=("gpt2",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1, 2),
+                      steps=2)  # fmt: skip
+    lines: list[str] = []
+    with pytest.raises(_Stop):
+        regimes.run_regimes(RunConfig().with_overrides(TINY), tmp_path, grid=grid, workers=workers,
+                            progress=lines.append)  # fmt: skip
+    assert _Pool.made == pools and len(lines) == 3
