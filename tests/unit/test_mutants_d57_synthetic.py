@@ -153,3 +153,27 @@ def test_run_regimes_trains_in_a_spawn_pool_only_with_several_workers(monkeypatc
         regimes.run_regimes(RunConfig().with_overrides(TINY), tmp_path, grid=grid, workers=workers,
                             progress=lines.append)  # fmt: skip
     assert _Pool.made == pools and len(lines) == 3
+
+
+def test_phase_diagram_read_back_from_its_axes() -> None:
+    """Two variants × two inits × (BOS, wd 0) and (no BOS, wd 0.1): each square's pattern index, its text, the
+    ticks, labels and titles, read back from the figure."""
+    from sinkscope.synthetic.regime_figures import phase_diagram
+    from sinkscope.synthetic.summary import PATTERNS
+
+    cells = pd.DataFrame([{"variant": v, "init": i, "bos": b, "weight_decay": w, "pattern": p, "agreement": "3/3",
+                           "bos_mass": 0.5, "diag_mass": 0.25}
+                          for v in ("softmax", "relu") for i in ("gpt2", "torch")
+                          for b, w, p in ((False, 0.1, "diagonal"), (True, 0.0, "sink"))])  # fmt: skip
+    fig = phase_diagram(cells)
+    left, right = fig.axes[:2]
+    image = left.get_images()[0].get_array()
+    assert image.tolist() == [[PATTERNS.index("sink")] * 2, [PATTERNS.index("diagonal")] * 2]  # BOS rows first
+    assert [t.get_text() for t in left.get_yticklabels()] == ["BOS, wd 0", "no BOS, wd 0.1"]
+    assert [t.get_text() for t in left.get_xticklabels()] == ["gpt2", "torch"]
+    assert left.get_ylabel() == "BOS, weight decay" and right.get_ylabel() == ""
+    assert left.get_xlabel() == "initialisation (small → large scale)"
+    assert (left.get_title(), right.get_title()) == ("softmax attention", "relu attention")
+    assert "sink 3/3\nBOS 0.50 diag 0.25" in [t.get_text() for t in left.texts]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(PATTERNS)
+    assert fig._suptitle.get_text().startswith("gBB regime map: pattern of the dominant switch head")
