@@ -177,3 +177,37 @@ def test_phase_diagram_read_back_from_its_axes() -> None:
     assert "sink 3/3\nBOS 0.50 diag 0.25" in [t.get_text() for t in left.texts]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == list(PATTERNS)
     assert fig._suptitle.get_text().startswith("gBB regime map: pattern of the dominant switch head")
+    assert fig._suptitle.get_fontsize() == 9 and left.get_title("center") == "softmax attention"
+    assert [t.get_fontsize() for t in left.get_yticklabels()] == [8, 8]
+
+
+def test_wqk_cost_figure_read_back_from_its_axes() -> None:
+    """Three runs in two cells: the rank signatures by cell, the predicted sink and diagonal lines (dashed), and
+    measured against predicted nuclear norms on log axes with y = x across the finite range [0.5, 8]."""
+    from sinkscope.synthetic.regime_figures import COLOURS, wqk_cost_figure
+
+    rows = pd.DataFrame({"cell": ["a", "a", "b"], "pattern": ["sink", "sink", "diagonal"],
+                         "wqk_nuc_over_fro": [1.1, 1.2, 3.0], "pred_nuclear": [0.5, 1.0, 4.0],
+                         "wqk_nuclear": [2.0, 1.0, 8.0]})  # fmt: skip
+    cells = pd.DataFrame({"cell": ["a", "b"], "pred_sink_nuc_over_fro": [1.0, 1.0],
+                          "pred_diag_nuc_over_fro": [4.0, 4.0]})  # fmt: skip
+    left, right = wqk_cost_figure(rows, cells).axes
+    sink_line, diag_line = left.get_lines()
+    assert (sink_line.get_ydata()[0], sink_line.get_linestyle(), sink_line.get_color()) == (1.0, "--", COLOURS["sink"])
+    assert (diag_line.get_ydata()[0], diag_line.get_linestyle(), diag_line.get_color()) == (4.0, "--",
+                                                                                            COLOURS["diagonal"])
+    assert (sink_line.get_linewidth(), diag_line.get_linewidth()) == (0.8, 0.8)
+    points = {c.get_label(): c.get_offsets().tolist() for c in left.collections}
+    assert points == {"sink": [[0, 1.1], [0, 1.2]], "diagonal": [[1, 3.0]]}
+    assert [t.get_text() for t in left.get_xticklabels()] == ["a", "b"]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["diagonal", "sink", "sink, predicted",
+                                                                       "diagonal, predicted"]
+    (identity,) = right.get_lines()
+    assert identity.get_xdata().tolist() == [0.5, 8.0] and identity.get_ydata().tolist() == [0.5, 8.0]
+    assert (right.get_xscale(), right.get_yscale()) == ("log", "log")
+    assert {c.get_label(): c.get_offsets().tolist() for c in right.collections} == {
+        "sink": [[0.5, 2.0], [1.0, 1.0]], "diagonal": [[4.0, 8.0]]}
+    assert left.get_ylabel() == "‖W_QK‖_* / ‖W_QK‖_F (switch head)" and right.get_ylabel() == "measured ‖W_QK‖_*"
+    assert right.get_xlabel() == "predicted ‖W_QK‖_* = κ · cost per κ / mean‖z‖²"
+    assert left.get_title() == "Rank signature per run (predicted: sink 1, diagonal ≈ √N)"
+    assert right.get_title() == "Nuclear norm vs the minimum-norm prediction"
