@@ -12,6 +12,7 @@ import copy
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -183,12 +184,13 @@ def test_phase_diagram_read_back_from_its_axes() -> None:
 
 def test_wqk_cost_figure_read_back_from_its_axes() -> None:
     """Three runs in two cells: the rank signatures by cell, the predicted sink and diagonal lines (dashed), and
-    measured against predicted nuclear norms on log axes with y = x across the finite range [0.5, 8]."""
+    measured against predicted nuclear norms on log axes with y = x across the range [0.5, 8] of the runs with
+    both norms (the dense head's 16 has no prediction)."""
     from sinkscope.synthetic.regime_figures import COLOURS, wqk_cost_figure
 
-    rows = pd.DataFrame({"cell": ["a", "a", "b"], "pattern": ["sink", "sink", "diagonal"],
-                         "wqk_nuc_over_fro": [1.1, 1.2, 3.0], "pred_nuclear": [0.5, 1.0, 4.0],
-                         "wqk_nuclear": [2.0, 1.0, 8.0]})  # fmt: skip
+    rows = pd.DataFrame({"cell": ["a", "a", "b", "b"], "pattern": ["sink", "sink", "diagonal", "dense"],
+                         "wqk_nuc_over_fro": [1.1, 1.2, 3.0, 2.0], "pred_nuclear": [0.5, 1.0, 4.0, np.nan],
+                         "wqk_nuclear": [2.0, 1.0, 8.0, 16.0]})  # fmt: skip (a dense head has no prediction)
     cells = pd.DataFrame({"cell": ["a", "b"], "pred_sink_nuc_over_fro": [1.0, 1.0],
                           "pred_diag_nuc_over_fro": [4.0, 4.0]})  # fmt: skip
     left, right = wqk_cost_figure(rows, cells).axes
@@ -198,15 +200,17 @@ def test_wqk_cost_figure_read_back_from_its_axes() -> None:
                                                                                             COLOURS["diagonal"])
     assert (sink_line.get_linewidth(), diag_line.get_linewidth()) == (0.8, 0.8)
     points = {c.get_label(): c.get_offsets().tolist() for c in left.collections}
-    assert points == {"sink": [[0, 1.1], [0, 1.2]], "diagonal": [[1, 3.0]]}
+    assert points == {"sink": [[0, 1.1], [0, 1.2]], "diagonal": [[1, 3.0]], "dense": [[1, 2.0]]}
     assert [t.get_text() for t in left.get_xticklabels()] == ["a", "b"]
-    assert [t.get_text() for t in left.get_legend().get_texts()] == ["diagonal", "sink", "sink, predicted",
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["dense", "diagonal", "sink", "sink, predicted",
                                                                        "diagonal, predicted"]
     (identity,) = right.get_lines()
     assert identity.get_xdata().tolist() == [0.5, 8.0] and identity.get_ydata().tolist() == [0.5, 8.0]
     assert (right.get_xscale(), right.get_yscale()) == ("log", "log")
-    assert {c.get_label(): c.get_offsets().tolist() for c in right.collections} == {
-        "sink": [[0.5, 2.0], [1.0, 1.0]], "diagonal": [[4.0, 8.0]]}
+    right_points = {c.get_label(): c.get_offsets().tolist() for c in right.collections}
+    assert "dense" in right_points  # drawn at (NaN, 16): masked on a log axis
+    del right_points["dense"]
+    assert right_points == {"sink": [[0.5, 2.0], [1.0, 1.0]], "diagonal": [[4.0, 8.0]]}
     assert left.get_ylabel() == "‖W_QK‖_* / ‖W_QK‖_F (switch head)" and right.get_ylabel() == "measured ‖W_QK‖_*"
     assert right.get_xlabel() == "predicted ‖W_QK‖_* = κ · cost per κ / mean‖z‖²"
     assert left.get_title() == "Rank signature per run (predicted: sink 1, diagonal ≈ √N)"
