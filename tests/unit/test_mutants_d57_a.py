@@ -19,7 +19,9 @@ from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
 
 from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
 from sinkscope.pipelines.kv_plan_eval import figure, summarize
+from sinkscope.reproduction.geometry_claims import representability_verdict
 from sinkscope.reproduction.kv_plan_claims import kv_plan_verdict
+from sinkscope.reproduction.switch_assumption_claims import assumptions_verdict
 from sinkscope.reproduction.switch_claims import switch_curves
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE, PARTLY, SUPPORTED
 from sinkscope.synthetic import boundary_runs
@@ -108,3 +110,32 @@ def test_kv_plan_verdict_without_a_random_increase_is_not_measurable_and_says_so
     verdict = kv_plan_verdict("m", {"full": np.zeros(8), "plan": np.full(8, 0.75), "random": np.zeros((8, 20))})
     assert verdict.verdict == NOT_MEASURABLE
     assert verdict.evidence["random_increase"] == 0.0 and np.isnan(verdict.evidence["saved_share"])
+
+
+def test_representability_partly_is_shown_with_the_interval_of_layers_ahead() -> None:
+    """Four middle layers with H1 and H2: in two BOS's γ₂/‖z‖ (1.0) beats all 20 controls (0.5: beyond), in two it
+    beats 15 of 20 (ahead, not beyond: 0.75 < 0.95). Beyond: 2 of 4 < 1 − 0.2, so not supported; ahead: 4 of 4, so
+    partly, shown with the interval of `layers_ahead_of_control` (every layer ahead: [1, 1])."""
+    beyond = {"n_contexts": 30, "h1": True, "h2": True, "gamma2_rel": 1.0, "control_gamma2_rel": [0.5] * 20}
+    ahead = beyond | {"control_gamma2_rel": [0.5] * 15 + [2.0] * 5}
+    layers = [beyond | {"layer": 3}, ahead | {"layer": 4}, beyond | {"layer": 5}, ahead | {"layer": 6}]
+    verdict = representability_verdict("m", layers, 16)
+    assert verdict.verdict == PARTLY
+    assert (verdict.evidence["layers_beyond_control"], verdict.evidence["layers_ahead_of_control"]) == (0.5, 1.0)
+    assert verdict.interval["effect"] == "layers_ahead_of_control"
+    assert (verdict.interval["low"], verdict.interval["high"]) == (1.0, 1.0)
+
+
+def test_switch_assumptions_resample_with_seed_0_by_default() -> None:
+    """Each layer's values are independent in a random 60 % of 9 windows (spectrum (1, 0.5, 0.3) against (1, 0.5,
+    0)), so the bootstrap interval of the independent share moves with the seed (seed 0: [0.28, 0.78], seed 1: [0.33, 0.78])."""
+    rng = np.random.default_rng(2)
+    spectrum = np.zeros((9, 2, 1, 3))
+    spectrum[..., :] = [1.0, 0.5, 0.3]
+    spectrum[..., 2] *= rng.random((9, 2, 1)) < 0.6
+    arrays = {"value_sv": spectrum, "heads": np.tile([9.0, 10.0, 12.0], (9, 2, 2, 1)),
+              "distance": np.tile([0.05, 0.01], (9, 1)), "rank": np.full((9, 2), 3), "n_contexts": 3, "width": 16,
+              "head_dim": 4}  # fmt: skip
+    default, zero, one = (assumptions_verdict("m", arrays, **seed) for seed in ({}, {"seed": 0}, {"seed": 1}))
+    assert default.interval == zero.interval
+    assert one.interval != zero.interval  # the seed reaches the bootstrap
