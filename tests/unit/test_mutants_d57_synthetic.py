@@ -215,3 +215,17 @@ def test_wqk_cost_figure_read_back_from_its_axes() -> None:
     assert right.get_xlabel() == "predicted ‖W_QK‖_* = κ · cost per κ / mean‖z‖²"
     assert left.get_title() == "Rank signature per run (predicted: sink 1, diagonal ≈ √N)"
     assert right.get_title() == "Nuclear norm vs the minimum-norm prediction"
+
+
+def test_settings_label_by_hand() -> None:
+    """Every setting in one line; MLP-less and BOS-less runs say so."""
+    from sinkscope.synthetic.report_page import settings_label
+
+    config = RunConfig().with_overrides({"model.n_layers": 3, "model.n_heads": 2, "model.d_model": 32,
+                                         "model.attention": "relu", "task.vocab_size": 20, "task.length": 17,
+                                         "train.weight_decay": 0.5, "train.seed": 4})  # fmt: skip
+    assert settings_label(config) == ("gBB lab: 3L×2H d=32 relu learned init=gpt2 · V=20 K=3 k=1 p_copy=1.0 · T=17 · "
+                                      "wd=0.5 seed 4")  # fmt: skip
+    bare = config.with_overrides({"task.bos": False, "model.mlp": False})
+    assert settings_label(bare) == ("gBB lab: 3L×2H d=32 relu learned init=gpt2 no-MLP · V=20 K=3 k=1 p_copy=1.0 "
+                                    "no-BOS · T=17 · wd=0.5 seed 4")  # fmt: skip
