@@ -19,7 +19,7 @@ from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
 
 from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
 from sinkscope.pipelines.kv_plan_eval import figure, summarize
-from sinkscope.reproduction.geometry_claims import representability_verdict
+from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
 from sinkscope.reproduction.kv_plan_claims import kv_plan_verdict
 from sinkscope.reproduction.switch_assumption_claims import assumptions_verdict
 from sinkscope.reproduction.switch_claims import switch_curves
@@ -139,3 +139,17 @@ def test_switch_assumptions_resample_with_seed_0_by_default() -> None:
     default, zero, one = (assumptions_verdict("m", arrays, **seed) for seed in ({}, {"seed": 0}, {"seed": 1}))
     assert default.interval == zero.interval
     assert one.interval != zero.interval  # the seed reaches the bootstrap
+
+
+def test_geometry_counts_the_middle_layers_where_the_control_holds_too() -> None:
+    """Depth 11, 8 windows of 10 tokens: BOS non-positive against every token on every layer; the control token
+    (against 9 others) on 9 of 9 in layers 3 and 4 and on 8 of 9 in layer 5 (0.89 < 1 − 0.05: not holding). Middle
+    band ¼ … ¾ = layers 3..7: the control holds on 2 of 5 (0.4); BOS holds where the control does not, 3 of 5."""
+    bos = np.full((8, 11), 10.0)
+    control = np.zeros((8, 11))
+    control[:, 3:5], control[:, 5] = 9.0, 8.0
+    counts = {"z": bos, "h": bos, "z_control": control, "h_control": control}
+    evidence = geometry_verdict("m", counts, tokens=10).evidence
+    assert evidence["control_layers_holding_z"] == pytest.approx(0.4)
+    assert evidence["control_layers_holding_h"] == pytest.approx(0.4)
+    assert evidence["middle_layers_holding_z"] == pytest.approx(0.6)
