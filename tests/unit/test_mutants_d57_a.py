@@ -19,7 +19,7 @@ from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
 
 from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
 from sinkscope.pipelines.kv_plan_eval import figure, summarize
-from sinkscope.reproduction.geometry_claims import geometry_verdict, representability_verdict
+from sinkscope.reproduction.geometry_claims import GEOMETRY, geometry_verdict, representability_verdict
 from sinkscope.reproduction.kv_plan_claims import kv_plan_verdict
 from sinkscope.reproduction.switch_assumption_claims import assumptions_verdict
 from sinkscope.reproduction.switch_claims import switch_curves
@@ -153,3 +153,12 @@ def test_geometry_counts_the_middle_layers_where_the_control_holds_too() -> None
     assert evidence["control_layers_holding_z"] == pytest.approx(0.4)
     assert evidence["control_layers_holding_h"] == pytest.approx(0.4)
     assert evidence["middle_layers_holding_z"] == pytest.approx(0.6)
+
+
+def test_geometry_a_control_exactly_at_the_tolerance_holds_and_so_the_layer_does_not() -> None:
+    """21 tokens: the control is non-positive against 19 of its 20 others, 0.95 = 1 − positive_token_tol exactly (≥:
+    it holds), so no layer holds for BOS although BOS is non-positive against all 21."""
+    assert 19 / 20 == 1 - GEOMETRY["positive_token_tol"]
+    counts = {"z": np.full((8, 11), 21.0), "z_control": np.full((8, 11), 19.0)}
+    evidence = geometry_verdict("m", counts, tokens=21).evidence
+    assert evidence["control_layers_holding_z"] == 1.0 and evidence["middle_layers_holding_z"] == 0.0
