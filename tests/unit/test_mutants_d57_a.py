@@ -17,15 +17,17 @@ import pandas as pd
 import pytest
 from tests.unit.test_mutants_d56_open import SUMMARY, _FakePool
 
-from sinkscope.pipelines.kv_plan import PlanConfig, write_plan
+from sinkscope.pipelines.kv_plan import PlanConfig, full_heads, write_plan
 from sinkscope.pipelines.kv_plan_eval import figure, summarize
 from sinkscope.reproduction.geometry_claims import GEOMETRY, geometry_verdict, representability_verdict
 from sinkscope.reproduction.kv_plan_claims import kv_plan_verdict
 from sinkscope.reproduction.switch_assumption_claims import assumptions_verdict
-from sinkscope.reproduction.switch_claims import switch_curves
+from sinkscope.reproduction.switch_claims import switch_curves, switch_routes_verdict
 from sinkscope.reproduction.verdicts import NOT_MEASURABLE, PARTLY, SUPPORTED
 from sinkscope.synthetic import boundary_runs
 from sinkscope.synthetic.boundary_runs import BoundarySetting, run_boundary
+
+W_SWITCH = 8  # MIN_WINDOWS
 
 
 def _row(policy: str, n: int, loss: float, draw: int = 0, window: int = 0) -> dict:
@@ -162,3 +164,29 @@ def test_geometry_a_control_exactly_at_the_tolerance_holds_and_so_the_layer_does
     counts = {"z": np.full((8, 11), 21.0), "z_control": np.full((8, 11), 19.0)}
     evidence = geometry_verdict("m", counts, tokens=21).evidence
     assert evidence["control_layers_holding_z"] == 1.0 and evidence["middle_layers_holding_z"] == 0.0
+
+
+def test_full_heads_is_a_boolean_layer_by_kv_head_mask() -> None:
+    """Order [2, 0, 1, 3] of 2 layers × 2 KV heads, share ½: flat heads 2 and 0 full, as Bool[L, KV]."""
+    full = full_heads(np.array([2, 0, 1, 3]), 2, 2, 0.5)
+    assert full.dtype == np.bool_ and full.tolist() == [[True, False], [True, False]]
+
+
+def test_switch_routes_without_a_bos_sink_route_count_no_hard_sink() -> None:
+    """Routes [value_drain, other] (no bos_sink) + unexplained, 10 switched off per window at every scale: 6 on
+    value_drain (a BOS route), 3 on other, 1 unexplained. Non-BOS share 4/10, and with no hard-sink route the same
+    4/10 among the queries that are not hard sinks."""
+    counts = np.tile(np.array([6.0, 3.0, 1.0]), (W_SWITCH, 3, 3, 1))
+    verdict = switch_routes_verdict("m", counts, ["value_drain", "other"], [True, False])
+    assert verdict.evidence["non_bos_route_frac"] == pytest.approx(0.4)
+    assert verdict.evidence["non_bos_among_non_hard_sink"] == pytest.approx(0.4)
+
+
+def test_geometry_declares_the_two_shares_its_rule_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule reads the smaller and the larger share of middle layers holding (z or h), and nothing else."""
+    from sinkscope.reproduction import geometry_claims
+
+    seen = {}
+    monkeypatch.setattr(geometry_claims, "judge", lambda *a, **kw: seen.update(kw))
+    geometry_verdict("m", {"z": np.ones((8, 4)), "z_control": np.zeros((8, 4))}, tokens=10)
+    assert seen["decides_on"] == ("middle_layers_holding", "middle_layers_holding_best")

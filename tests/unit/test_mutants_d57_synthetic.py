@@ -229,3 +229,20 @@ def test_settings_label_by_hand() -> None:
     bare = config.with_overrides({"task.bos": False, "model.mlp": False})
     assert settings_label(bare) == ("gBB lab: 3L×2H d=32 relu learned init=gpt2 no-MLP · V=20 K=3 k=1 p_copy=1.0 "
                                     "no-BOS · T=17 · wd=0.5 seed 4")  # fmt: skip
+
+
+@pytest.mark.parametrize(("pattern", "margin"), [("diagonal", 3.0), ("sink", 2.0)])
+def test_head_costs_use_the_patterns_own_margin_and_prediction(pattern: str, margin: float) -> None:
+    """A head with sink margin 2, diagonal margin 3, ‖z‖² 4, nuclear 6 over Frobenius 2: the prediction
+    κ · cost per κ / ‖z‖² with the margin and the cost of the pattern the head uses."""
+    from types import SimpleNamespace
+
+    from sinkscope.synthetic.summary import head_costs
+
+    pred = {"pred_sink_nuclear_per_kappa": 1.0, "pred_diag_nuclear_per_kappa": 8.0, "pred_sink_nuc_over_fro": 1.0,
+            "pred_diag_nuc_over_fro": 5.0}  # fmt: skip
+    row = SimpleNamespace(wqk_nuclear=6.0, wqk_frobenius=2.0, sink_margin=2.0, diag_margin=3.0, z_norm_sq=4.0)
+    key = "diag" if pattern == "diagonal" else "sink"
+    assert head_costs(row, pattern, pred) == {"wqk_nuc_over_fro": 3.0,
+                                              "pred_nuclear": margin * pred[f"pred_{key}_nuclear_per_kappa"] / 4.0,
+                                              "pred_nuc_over_fro": pred[f"pred_{key}_nuc_over_fro"]}  # fmt: skip
