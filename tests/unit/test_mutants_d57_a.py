@@ -190,3 +190,17 @@ def test_geometry_declares_the_two_shares_its_rule_reads(monkeypatch: pytest.Mon
     monkeypatch.setattr(geometry_claims, "judge", lambda *a, **kw: seen.update(kw))
     geometry_verdict("m", {"z": np.ones((8, 4)), "z_control": np.zeros((8, 4))}, tokens=10)
     assert seen["decides_on"] == ("middle_layers_holding", "middle_layers_holding_best")
+
+
+def test_kv_head_count_of_a_config_without_query_heads_is_one_clear_line() -> None:
+    from types import SimpleNamespace
+
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.pipelines.kv_plan import kv_head_count
+
+    with pytest.raises(SinkscopeError, match="^the config of tiny names no num_attention_heads: .* set "
+                                             "num_attention_heads in its config.json"):
+        kv_head_count(SimpleNamespace(num_key_value_heads=2, num_hidden_layers=2, name_or_path="tiny"))
+    with pytest.raises(SinkscopeError, match="names no num_key_value_heads and no num_attention_heads: .* set "
+                                             "num_key_value_heads and num_attention_heads in"):
+        kv_head_count(SimpleNamespace(num_hidden_layers=2, name_or_path="tiny"))

@@ -72,10 +72,10 @@ def kv_head_count(config: object) -> tuple[int, int, int]:
     n_kv = getattr(config, "num_key_value_heads", None)
     n_heads = getattr(config, "num_attention_heads", None)
     name = getattr(config, "name_or_path", None) or getattr(config, "model_type", "the model")
-    if not n_kv or not n_heads:
-        raise SinkscopeError(f"the config of {name} names no num_key_value_heads: a KV plan is layers × KV heads; "
-                             "set num_key_value_heads in its config.json (= num_attention_heads for multi-head "
-                             "attention)")  # fmt: skip
+    if missing := [field for field, n in (("num_key_value_heads", n_kv), ("num_attention_heads", n_heads)) if not n]:
+        raise SinkscopeError(f"the config of {name} names no {' and no '.join(missing)}: a KV plan is layers × KV "
+                             f"heads; set {' and '.join(missing)} in its config.json (num_key_value_heads = "
+                             "num_attention_heads for multi-head attention)")  # fmt: skip
     if n_heads % n_kv:
         raise SinkscopeError(f"the config of {name} has {n_heads} attention heads, not a multiple of its "
                              f"{n_kv} KV heads")  # fmt: skip
