@@ -204,3 +204,32 @@ def test_kv_head_count_of_a_config_without_query_heads_is_one_clear_line() -> No
     with pytest.raises(SinkscopeError, match="names no num_key_value_heads and no num_attention_heads: .* set "
                                              "num_key_value_heads and num_attention_heads in"):
         kv_head_count(SimpleNamespace(num_hidden_layers=2, name_or_path="tiny"))
+
+
+def test_plan_attention_moves_the_layers_mask_to_the_queries_device_and_names_a_wrong_size(monkeypatch) -> None:
+    """Masks (L = 2, H = 2, 4, 4) on the CPU, queries on the meta device (an accelerator's stand-in): layer 1's
+    mask (the diagonal) reaches sdpa as (1, 2, 4, 4) on the queries' device; a 3-token pass is refused naming (4, 4) and 3×3."""
+    import torch
+
+    from sinkscope.errors import SinkscopeError
+    from sinkscope.pipelines import kv_plan_eval
+
+    seen = []
+    monkeypatch.setattr(kv_plan_eval, "masked_sdpa", lambda module, q, k, v, mask, allowed, **kw: seen.append(allowed))
+    masks = torch.ones(2, 2, 4, 4, dtype=torch.bool).tril()
+    masks[1] = torch.eye(4, dtype=torch.bool)  # layer 1: each query sees itself only
+    module = type("Attention", (), {"layer_idx": 1})()
+    token = kv_plan_eval._MASKS.set(masks)
+    try:
+        q = torch.zeros(1, 2, 4, 8, device="meta")
+        kv_plan_eval._plan_attention(module, q, q, q, None)
+        allowed = seen[0]
+        assert allowed.device.type == "meta" and tuple(allowed.shape) == (1, 2, 4, 4)
+        cpu = torch.zeros(1, 2, 4, 8)
+        kv_plan_eval._plan_attention(module, cpu, cpu, cpu, None)
+        assert torch.equal(seen[1], masks[1][None])  # layer 1's own mask
+        short = torch.zeros(1, 2, 3, 8)
+        with pytest.raises(SinkscopeError, match=r"^plan mask of \(4, 4\) for attention of 3×3: the plan is for one"):
+            kv_plan_eval._plan_attention(module, short, short, short, None)
+    finally:
+        kv_plan_eval._MASKS.reset(token)

@@ -246,3 +246,22 @@ def test_head_costs_use_the_patterns_own_margin_and_prediction(pattern: str, mar
     assert head_costs(row, pattern, pred) == {"wqk_nuc_over_fro": 3.0,
                                               "pred_nuclear": margin * pred[f"pred_{key}_nuclear_per_kappa"] / 4.0,
                                               "pred_nuc_over_fro": pred[f"pred_{key}_nuc_over_fro"]}  # fmt: skip
+
+
+def test_a_post_norm_block_attends_over_its_raw_input() -> None:
+    """Post-norm (norm_position "post"): the attention reads the residual stream itself (z = x), and the output is
+    norm1(x + attention); pre-norm reads norm1(x)."""
+    import torch
+
+    from sinkscope.synthetic.tiny_transformer import Block, TinyTransformerConfig
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16) * 3 + 1
+    post = Block(TinyTransformerConfig(d_model=16, n_heads=2, norm_position="post", mlp=False))
+    out, trace = post(x)
+    assert torch.equal(trace.z, x)
+    attn, *_ = post.attn(x)
+    torch.testing.assert_close(out, post.norm1(x + attn))
+    pre = Block(TinyTransformerConfig(d_model=16, n_heads=2, norm_position="pre", mlp=False))
+    _, trace = pre(x)
+    torch.testing.assert_close(trace.z, pre.norm1(x))
