@@ -265,3 +265,25 @@ def test_a_post_norm_block_attends_over_its_raw_input() -> None:
     pre = Block(TinyTransformerConfig(d_model=16, n_heads=2, norm_position="pre", mlp=False))
     _, trace = pre(x)
     torch.testing.assert_close(trace.z, pre.norm1(x))
+
+
+def test_norms_carry_no_bias_and_only_a_pre_norm_model_has_a_final_norm() -> None:
+    """The lab's LayerNorm has a gain and no bias (`bias=False`); a post-norm model's last block already ends in a
+    norm, so its logits are the unembedding of the last block's output, with no final norm."""
+    import torch
+
+    from sinkscope.synthetic.tiny_transformer import TinyTransformer, TinyTransformerConfig, make_norm
+
+    norm = make_norm("layernorm", 8)
+    assert norm.bias is None and [name for name, _ in norm.named_parameters()] == ["weight"]
+    torch.manual_seed(0)
+    post = TinyTransformer(TinyTransformerConfig(d_model=16, n_heads=2, norm_position="post"), 8, 8, 12)
+    assert post.norm_f is None
+    ids = torch.randint(0, 8, (2, 6))
+    logits, traces = post(ids)
+    x = post.tok_emb(ids) + post.pos_emb(torch.arange(6))
+    for block in post.blocks:
+        x, _ = block(x)
+    torch.testing.assert_close(logits, post.unembed(x))
+    pre = TinyTransformer(TinyTransformerConfig(d_model=16, n_heads=2), 8, 8, 12)
+    assert pre.norm_f is not None
