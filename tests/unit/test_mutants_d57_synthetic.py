@@ -287,3 +287,16 @@ def test_norms_carry_no_bias_and_only_a_pre_norm_model_has_a_final_norm() -> Non
     torch.testing.assert_close(logits, post.unembed(x))
     pre = TinyTransformer(TinyTransformerConfig(d_model=16, n_heads=2), 8, 8, 12)
     assert pre.norm_f is not None
+
+
+def test_config_bounds_and_messages_at_their_edges() -> None:
+    """A copy probability of 0 (never copy) and of 1 are probabilities; RoPE needs an even head dimension, said in
+    one line."""
+    from sinkscope.synthetic.bigram_backcopy import GBBConfig
+    from sinkscope.synthetic.tiny_transformer import TinyTransformerConfig
+
+    assert GBBConfig(p_copy=0.0).p_copy == 0.0 and GBBConfig(p_copy=1.0).p_copy == 1.0
+    with pytest.raises(SinkscopeError, match=r"^gBB p_copy=1.5: use a probability in \[0, 1\]$"):
+        GBBConfig(p_copy=1.5)
+    with pytest.raises(SinkscopeError, match="^model positional='rope': needs an even head dimension d_model/n_heads$"):
+        TinyTransformerConfig(d_model=6, n_heads=2, positional="rope")
