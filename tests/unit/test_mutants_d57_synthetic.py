@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from tests.unit.test_mutants_d56_open import _FakePool
 
 from sinkscope.errors import SinkscopeError
 from sinkscope.synthetic import experiments, regimes
@@ -116,28 +117,6 @@ def test_run_regimes_reports_each_finished_run(monkeypatch, tmp_path: Path) -> N
     assert lines[2].endswith(" seed 2: L0H1 sink (L0H0 dense, L0H1 sink), copy_acc 0.900, 3s")
 
 
-class _Pool:
-    """Stands in for `ProcessPoolExecutor`: records (workers, start method) and runs each job inline."""
-
-    made: list = []
-
-    def __init__(self, workers: int, mp_context) -> None:
-        _Pool.made.append((workers, mp_context.get_start_method()))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def submit(self, fn, *args):
-        from concurrent.futures import Future
-
-        future: Future = Future()
-        future.set_result(fn(*args))
-        return future
-
-
 @pytest.mark.parametrize(("workers", "pools"), [(1, []), (2, [(2, "spawn")]), (3, [(3, "spawn")])])
 def test_run_regimes_trains_in_a_spawn_pool_only_with_several_workers(monkeypatch, tmp_path: Path, workers,
                                                                       pools) -> None:  # fmt: skip
@@ -145,15 +124,15 @@ def test_run_regimes_trains_in_a_spawn_pool_only_with_several_workers(monkeypatc
                "seconds": 1.0}  # fmt: skip
     monkeypatch.setattr(regimes, "_train_one", lambda config, run_dir: summary)
     monkeypatch.setattr(regimes, "regime_row", lambda *a: (_ for _ in ()).throw(_Stop()))
-    monkeypatch.setattr(regimes, "ProcessPoolExecutor", _Pool)
-    _Pool.made = []
+    monkeypatch.setattr(regimes, "ProcessPoolExecutor", _FakePool)
+    _FakePool.made = []
     grid = RegimeGrid(inits=("gpt2",), bos=(True,), weight_decays=(0.0,), variants=("softmax",), seeds=(0, 1, 2),
                       steps=2)  # fmt: skip
     lines: list[str] = []
     with pytest.raises(_Stop):
         regimes.run_regimes(RunConfig().with_overrides(TINY), tmp_path, grid=grid, workers=workers,
                             progress=lines.append)  # fmt: skip
-    assert _Pool.made == pools and len(lines) == 3
+    assert _FakePool.made == pools and len(lines) == 3
 
 
 def test_phase_diagram_read_back_from_its_axes() -> None:
